@@ -1,0 +1,9 @@
+"""mmhvit: nested / hierarchical vision transformers as OpenMMLab backbones.
+
+Importing the package registers every backbone in ``mmhvit.registry.MODELS``. It imports torch,
+mmengine and mmcv only: never mmdet, mmseg or mmpretrain.
+"""
+from .version import __version__
+from . import models  # noqa: F401  (registers the backbones)
+
+__all__ = ['__version__']

@@ -1,0 +1,1 @@
+# One line per backbone family; importing a module registers its class.

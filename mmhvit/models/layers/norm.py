@@ -1,0 +1,20 @@
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn import build_norm_layer
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of an NCHW map."""
+
+    def forward(self, x):
+        return F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias,
+                            self.eps).permute(0, 3, 1, 2)
+
+
+def build_norm2d(norm_cfg: dict, channels: int) -> nn.Module:
+    """A norm for NCHW maps: ``LN``/``LN2d`` normalise channels per pixel, others come from mmcv."""
+    cfg = dict(norm_cfg)
+    if cfg.pop('type') in ('LN', 'LN2d'):
+        cfg.pop('requires_grad', None)
+        return LayerNorm2d(channels, **cfg)
+    return build_norm_layer(norm_cfg, channels)[1]

@@ -1,0 +1,58 @@
+"""Padding to whole windows and the window (block) layout of token maps."""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+
+def padding_to_multiple(height: int, width: int, multiple_h: int,
+                        multiple_w: Optional[int] = None) -> Tuple[int, int]:
+    """Bottom and right padding that makes (height, width) whole multiples."""
+    multiple_w = multiple_h if multiple_w is None else multiple_w
+    return (-height) % multiple_h, (-width) % multiple_w
+
+
+def pad_nchw(x: torch.Tensor, pad_h: int, pad_w: int, value: float = 0.) -> torch.Tensor:
+    """Pad an NCHW map at the bottom and right."""
+    if pad_h == 0 and pad_w == 0:
+        return x
+    return F.pad(x, (0, pad_w, 0, pad_h), value=value)
+
+
+def pad_nhwc(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
+    """Zero-pad an NHWC map at the bottom and right."""
+    if pad_h == 0 and pad_w == 0:
+        return x
+    return F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+
+
+def window_partition(x: torch.Tensor, win_h: int, win_w: int) -> torch.Tensor:
+    """(B, H, W, C) -> (B * nH * nW, win_h * win_w, C); windows and tokens in row-major order.
+
+    H and W must be multiples of the window; images are the outer, windows the inner batch axis.
+    """
+    batch, height, width, channels = x.shape
+    x = x.view(batch, height // win_h, win_h, width // win_w, win_w, channels)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, win_h * win_w, channels)
+
+
+def window_reverse(windows: torch.Tensor, win_h: int, win_w: int, height: int,
+                   width: int) -> torch.Tensor:
+    """Inverse of :func:`window_partition`: (B * nH * nW, win_h * win_w, C) -> (B, H, W, C)."""
+    channels = windows.shape[-1]
+    rows, cols = height // win_h, width // win_w
+    x = windows.view(-1, rows, cols, win_h, win_w, channels)
+    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, height, width, channels)
+
+
+def window_key_mask(height: int, width: int, pad_h: int, pad_w: int, win_h: int, win_w: int,
+                    device: torch.device) -> Optional[torch.Tensor]:
+    """Bool (nH * nW, win_h * win_w): True where a window token lies inside the unpadded map.
+
+    Returns None when there is no padding, so callers keep SDPA's unmasked fast path.
+    """
+    if pad_h == 0 and pad_w == 0:
+        return None
+    valid = torch.zeros(1, height + pad_h, width + pad_w, 1, dtype=torch.bool, device=device)
+    valid[:, :height, :width] = True
+    return window_partition(valid, win_h, win_w).squeeze(-1)

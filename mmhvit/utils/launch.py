@@ -1,0 +1,43 @@
+"""What tools/train.py and tools/test.py share: one config, any OpenMMLab task, GPU or CPU ranks."""
+import os
+import os.path as osp
+
+import torch
+import torch.distributed as dist
+from mmengine.config import Config
+
+
+def _init_cpu_process_group() -> None:
+    """Start a gloo process group from torchrun's environment.
+
+    MMEngine 0.10.7's ``pytorch`` launcher always calls ``torch.cuda.set_device`` and so fails on a
+    machine without a GPU; a group that already exists makes the Runner skip its own ``init_dist``.
+    """
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+
+
+def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
+                          config_path: str = None) -> Config:
+    """Fill in what the command line decides: launcher, work dir, CPU data parallelism."""
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        name = osp.splitext(osp.basename(config_path))[0] if config_path else 'run'
+        cfg.work_dir = osp.join('./work_dirs', name)
+    if launcher != 'none' and not torch.cuda.is_available():
+        if launcher != 'pytorch':
+            raise RuntimeError(f'launcher "{launcher}" needs GPUs; on a CPU-only machine use '
+                               'tools/dist_train.sh (torchrun, launcher pytorch)')
+        _init_cpu_process_group()
+        cfg.env_cfg = dict(cfg.get('env_cfg', {}), dist_cfg=dict(backend='gloo'))
+        # CPU modules reject DDP's device_ids=[LOCAL_RANK].
+        wrapper = dict(cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel'))
+        wrapper['device_ids'] = None
+        wrapper.setdefault('broadcast_buffers', False)
+        wrapper.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
+        cfg.model_wrapper_cfg = wrapper
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = '0'
+    return cfg

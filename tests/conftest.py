@@ -1,0 +1,26 @@
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+def run_tool(*args, timeout=600, env=None, check=True):
+    """Run a repository script with this interpreter, as a user would; returns stdout + stderr."""
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    output = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError(f'{args} exited with {proc.returncode}:\n{output[-6000:]}')
+    return output
+
+
+@pytest.fixture(scope='session')
+def tiny_shapes(tmp_path_factory):
+    """A tiny generated COCO-format shapes dataset (8 train, 4 val images)."""
+    out = tmp_path_factory.mktemp('data') / 'shapes'
+    run_tool('tools/dataset_converters/make_shapes_coco.py', '--out', str(out), '--train', '8',
+             '--val', '4', '--seed', '1')
+    return out

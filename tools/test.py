@@ -1,0 +1,78 @@
+"""Evaluate a checkpoint with any mmdet / mmseg / mmpretrain config.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out RESULTS.pkl] [--show-dir DIR]
+                                           [--cfg-options k=v ...] [--launcher none|pytorch|slurm|mpi]
+"""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+from mmhvit.utils import prepare_runner_config
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Test (and evaluate) a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the dir to save logs and metrics')
+    parser.add_argument('--out', help='dump the raw predictions to this pickle file')
+    parser.add_argument('--show-dir', help='save images drawn with the predictions here')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override settings of the config, key=value')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
+                        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def enable_drawing(cfg: Config, show_dir: str) -> None:
+    """Switch on the task's own visualization hook, as each library's test.py does."""
+    hook = cfg.get('default_hooks', {}).get('visualization')
+    if hook is None:
+        raise RuntimeError('--show-dir needs default_hooks.visualization in the config')
+    hook_type = hook['type'].split('.')[-1]
+    if hook_type == 'DetVisualizationHook':
+        hook.update(draw=True, test_out_dir=osp.abspath(show_dir))
+    elif hook_type == 'SegVisualizationHook':
+        hook.update(draw=True)
+        cfg.visualizer['save_dir'] = show_dir
+    elif hook_type == 'VisualizationHook':  # mmpretrain
+        hook.update(enable=True, out_dir=osp.abspath(show_dir))
+    else:
+        raise RuntimeError(f'--show-dir does not know the visualization hook {hook["type"]}')
+
+
+def add_dump_metric(cfg: Config, out: str) -> None:
+    if not out.endswith(('.pkl', '.pickle')):
+        raise ValueError(f'--out must be a .pkl or .pickle file, got {out}')
+    # mmdet's dumper also encodes masks as RLE; elsewhere MMEngine's generic one does.
+    dump_type = 'DumpDetResults' if cfg.get('default_scope') == 'mmdet' else 'DumpResults'
+    dump = dict(type=dump_type, out_file_path=out)
+    evaluator = cfg.test_evaluator
+    cfg.test_evaluator = (list(evaluator) if isinstance(evaluator, (list, tuple)) else
+                          [evaluator]) + [dump]
+
+
+def main():
+    args = parse_args()
+    cfg = Config.fromfile(args.config)
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    prepare_runner_config(cfg, args.launcher, args.work_dir, args.config)
+    cfg.load_from = args.checkpoint
+    if args.show_dir:
+        enable_drawing(cfg, args.show_dir)
+    if args.out:
+        add_dump_metric(cfg, args.out)
+    runner = Runner.from_cfg(cfg)
+    runner.test()
+
+
+if __name__ == '__main__':
+    main()
