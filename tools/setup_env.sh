@@ -33,7 +33,11 @@ EOF
 }
 
 link_package() {
-    "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT"
+    local out
+    if ! out="$("$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT" 2>&1)"; then
+        printf '%s\n' "$out" >&2
+        return 1
+    fi
 }
 
 if [ -f "$STAMP" ] && verify_stack 2>/dev/null; then

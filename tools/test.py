@@ -1,16 +1,18 @@
 """Evaluate a checkpoint with any mmdet / mmseg / mmpretrain config.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out RESULTS.pkl] [--show-dir DIR]
+                                           [--metrics-out JSON]
                                            [--cfg-options k=v ...] [--launcher none|pytorch|slurm|mpi]
 """
 import argparse
+import json
 import os
 import os.path as osp
 
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
-from mmhvit.utils import prepare_runner_config
+from mmhvit.utils import prepare_runner_config, trust_local_training_checkpoints
 
 
 def parse_args():
@@ -20,6 +22,7 @@ def parse_args():
     parser.add_argument('--work-dir', help='the dir to save logs and metrics')
     parser.add_argument('--out', help='dump the raw predictions to this pickle file')
     parser.add_argument('--show-dir', help='save images drawn with the predictions here')
+    parser.add_argument('--metrics-out', help='also write the final metrics to this JSON file')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override settings of the config, key=value')
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
@@ -38,12 +41,12 @@ def enable_drawing(cfg: Config, show_dir: str) -> None:
         raise RuntimeError('--show-dir needs default_hooks.visualization in the config')
     hook_type = hook['type'].split('.')[-1]
     if hook_type == 'DetVisualizationHook':
-        hook.update(draw=True, test_out_dir=osp.abspath(show_dir))
+        hook.update(draw=True, test_out_dir=show_dir)
     elif hook_type == 'SegVisualizationHook':
         hook.update(draw=True)
         cfg.visualizer['save_dir'] = show_dir
     elif hook_type == 'VisualizationHook':  # mmpretrain
-        hook.update(enable=True, out_dir=osp.abspath(show_dir))
+        hook.update(enable=True, out_dir=show_dir)
     else:
         raise RuntimeError(f'--show-dir does not know the visualization hook {hook["type"]}')
 
@@ -71,7 +74,12 @@ def main():
     if args.out:
         add_dump_metric(cfg, args.out)
     runner = Runner.from_cfg(cfg)
-    runner.test()
+    trust_local_training_checkpoints(runner)
+    metrics = runner.test()
+    if args.metrics_out:
+        with open(args.metrics_out, 'w') as f:
+            json.dump({k: float(v) if isinstance(v, (int, float)) else str(v)
+                       for k, v in metrics.items()}, f, indent=1)
 
 
 if __name__ == '__main__':

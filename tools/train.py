@@ -11,7 +11,7 @@ from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 from mmengine.runner import Runner
 
-from mmhvit.utils import prepare_runner_config
+from mmhvit.utils import prepare_runner_config, trust_local_training_checkpoints
 
 
 def parse_args():
@@ -63,6 +63,7 @@ def main():
         cfg.load_from = args.resume
 
     runner = Runner.from_cfg(cfg)
+    trust_local_training_checkpoints(runner)
     runner.train()
 
 

@@ -67,3 +67,20 @@ def load_converted_state_dict(model: torch.nn.Module, state_dict: Dict[str, torc
                   f'{result.unexpected_keys}', logger='current', level=30)
     if not result.missing_keys and not result.unexpected_keys:
         print_log(f'{source}: all {len(state_dict)} tensors loaded', logger='current')
+
+
+def save_classifier_checkpoint(state_dict: Dict[str, torch.Tensor], dst: str, meta: dict) -> None:
+    """Write converted weights as an MMPretrain ``ImageClassifier`` checkpoint.
+
+    Backbone keys get ``backbone.``; a linear head (``head.*`` or ``head.fc.*``) becomes the
+    ``head.fc`` of a ``LinearClsHead``. Tensors are cloned so that no view drags its whole source
+    storage into the file; ``meta`` must hold plain Python values (weights-only loadable).
+    """
+    classifier = OrderedDict()
+    for key, value in state_dict.items():
+        if key.startswith('head.'):
+            key = key if key.startswith('head.fc.') else 'head.fc.' + key[len('head.'):]
+        elif not key.startswith('backbone.'):
+            key = 'backbone.' + key
+        classifier[key] = value.detach().clone().contiguous()
+    torch.save(dict(state_dict=classifier, meta=meta), dst)

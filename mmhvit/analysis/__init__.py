@@ -1,0 +1,1 @@
+"""Analysis helpers (interpretability) for the mmhvit backbones."""

@@ -1,0 +1,114 @@
+"""GradCAT: the NesT paper's interpretation of a decision as a path down the block tree.
+
+`Nested Hierarchical Transformer <https://arxiv.org/abs/2105.12723>`_, Sec. "Interpretability":
+starting at the top level, score every candidate block by gradient x activation (the target logit's
+gradient times the level's output, summed over channels and over the block's tokens) and descend
+into the best child, until the first level. In NesT each block of level l + 1 is the parent of the
+2 x 2 blocks of level l that cover the same pixels (fewer at the image border).
+"""
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+LEVEL_COLORS = ((230, 25, 75), (255, 225, 25), (60, 180, 75), (0, 130, 200))
+
+
+def block_scores(score_map: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Sum an (h, w) token score map over blocks anchored at the top-left -> (rows, cols)."""
+    height, width = score_map.shape
+    pad_h, pad_w = (-height) % block_size, (-width) % block_size
+    score_map = F.pad(score_map, (0, pad_w, 0, pad_h))
+    rows, cols = score_map.shape[0] // block_size, score_map.shape[1] // block_size
+    return score_map.view(rows, block_size, cols, block_size).sum(dim=(1, 3))
+
+
+def nest_gradcat(backbone: torch.nn.Module,
+                 logits_fn: Callable[[torch.Tensor], torch.Tensor],
+                 image: torch.Tensor,
+                 target_class: Optional[int] = None) -> Dict:
+    """Walk a NesT's block tree top-down along the highest gradient x activation.
+
+    Args:
+        backbone (NesT): The backbone inside ``logits_fn``; its levels are hooked.
+        logits_fn (callable): Normalised image batch -> class logits (N, classes), running
+            ``backbone`` through its three NesT levels (a classifier with ``out_indices=(2,)``).
+        image (Tensor): One normalised image (1, C, H, W).
+        target_class (int, optional): Class to explain; default the predicted one.
+
+    Returns:
+        dict: ``target_class``, ``logits`` (1-D) and ``path``: one dict per level, top level
+        first, with ``level``, ``block`` (row, col), ``box`` (x0, y0, x1, y1) in input pixels and
+        ``score``.
+    """
+    if image.dim() != 4 or image.shape[0] != 1:
+        raise ValueError(f'GradCAT explains one image: expected (1, C, H, W), got '
+                         f'{tuple(image.shape)}')
+    num_levels = backbone.num_levels
+    levels = list(backbone.levels)[:num_levels]
+    if len(levels) < num_levels:
+        raise ValueError(f'GradCAT needs all {num_levels} NesT levels; this backbone builds '
+                         f'{len(levels)} (out_indices={backbone.out_indices})')
+    activations = {}
+    hooks = [
+        level.register_forward_hook(
+            lambda module, args, out, index=index: activations.__setitem__(index, out))
+        for index, level in enumerate(levels)
+    ]
+    try:
+        with torch.enable_grad():
+            # A leaf that needs grad keeps the graph alive even when the weights are frozen.
+            logits = logits_fn(image.detach().clone().requires_grad_(True))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if logits.dim() != 2 or logits.shape[0] != 1:
+        raise ValueError(f'logits_fn must return (1, classes) logits, got {tuple(logits.shape)}')
+    num_classes = logits.shape[1]
+    if target_class is None:
+        target_class = int(logits[0].argmax())
+    elif not 0 <= target_class < num_classes:
+        raise ValueError(f'target class {target_class} is outside 0..{num_classes - 1}')
+    acts = [activations[i] for i in range(num_levels)]
+    grads = torch.autograd.grad(logits[0, target_class], acts)
+
+    block_size = backbone.block_size
+    height, width = image.shape[-2:]
+    path: List[Dict] = []
+    rows_range = cols_range = None  # candidates: every block of the top level
+    for level in reversed(range(num_levels)):
+        scores = block_scores((acts[level] * grads[level]).sum(dim=1)[0].detach(), block_size)
+        if rows_range is None:
+            rows_range, cols_range = (0, scores.shape[0]), (0, scores.shape[1])
+        candidates = scores[rows_range[0]:rows_range[1], cols_range[0]:cols_range[1]]
+        best = int(candidates.argmax())
+        row = rows_range[0] + best // candidates.shape[1]
+        col = cols_range[0] + best % candidates.shape[1]
+        extent = block_size * backbone.patch_size * 2**level  # block side in input pixels
+        path.append(
+            dict(
+                level=level,
+                block=(row, col),
+                box=(col * extent, row * extent, min((col + 1) * extent, width),
+                     min((row + 1) * extent, height)),
+                score=float(scores[row, col])))
+        # children: the 2 x 2 blocks of the level below, clipped to that level's grid
+        rows_range = (2 * row, 2 * row + 2)
+        cols_range = (2 * col, 2 * col + 2)
+    return dict(target_class=target_class, logits=logits[0].detach(), path=path)
+
+
+def draw_gradcat(image, path: Sequence[Dict], out_file: str, line_width: Optional[int] = None,
+                 colors: Sequence[Tuple[int, int, int]] = LEVEL_COLORS):
+    """Draw the chosen blocks (one box per level, top level first) over a PIL image; save a PNG."""
+    from PIL import ImageDraw
+
+    canvas = image.convert('RGB')
+    draw = ImageDraw.Draw(canvas)
+    width = line_width or max(1, min(canvas.size) // 100)
+    for step, node in enumerate(path):
+        x0, y0, x1, y1 = node['box']
+        draw.rectangle((x0, y0, x1 - 1, y1 - 1), outline=colors[step % len(colors)],
+                       width=width + len(path) - 1 - step)
+    canvas.save(out_file, format='PNG')
+    return canvas

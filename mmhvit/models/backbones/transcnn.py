@@ -1,0 +1,481 @@
+"""TransCNN: hierarchical multi-head self-attention (H-MHSA) inside a CNN.
+
+Paper: "Transformer in Convolutional Neural Networks", Liu et al., 2021,
+https://arxiv.org/abs/2106.03180 (later "Vision Transformers with Hierarchical Attention").
+The layers follow the released ``TransCNN.py`` (yun-liu/HAT-Net, commit 0bd7463), so that its
+ImageNet weights load through :func:`convert_transcnn_checkpoint`; on top of it this version takes
+any input size and offers the paper's iterative H-MHSA as ``attn_mode='iterative'``.
+"""
+import re
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_activation_layer
+from mmcv.cnn.bricks import DropPath
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from mmengine.model.weight_init import trunc_normal_
+
+from ...registry import register_backbone
+from ..layers import (build_norm2d, multihead_attention, pad_nhwc, padding_to_multiple,
+                      window_key_mask, window_partition, window_reverse)
+from .base_backbone import HViTBackbone
+
+
+def grid_attention(qkv: torch.Tensor, grid_size: int, num_heads: int) -> torch.Tensor:
+    """Attention inside non-overlapping ``grid_size`` x ``grid_size`` windows.
+
+    Args:
+        qkv (Tensor): (B, H, W, 3C), channels ordered [q | k | v], each head-major.
+        grid_size (int): Window side G. H and W need not be multiples of G: the map is padded at
+            the bottom/right and the padded tokens are masked out as keys (their own outputs are
+            cropped away), so the valid outputs equal attention over the valid tokens only.
+        num_heads (int): Attention heads.
+
+    Returns:
+        Tensor: (B, H, W, C).
+    """
+    _, height, width, _ = qkv.shape
+    pad_h, pad_w = padding_to_multiple(height, width, grid_size)
+    windows = window_partition(pad_nhwc(qkv, pad_h, pad_w), grid_size, grid_size)
+    key_mask = window_key_mask(height, width, pad_h, pad_w, grid_size, grid_size, qkv.device)
+    out = multihead_attention(*windows.chunk(3, dim=-1), num_heads, key_mask=key_mask)
+    out = window_reverse(out, grid_size, grid_size, height + pad_h, width + pad_w)
+    return out[:, :height, :width] if pad_h or pad_w else out
+
+
+def pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
+    """Average or max of each ``cell`` x ``cell`` cell of an NCHW map; partial border cells pool
+    only their valid pixels (ceil mode without padding), so no padding value enters a pooled token.
+
+    Equals ``nn.AvgPool2d(cell, cell)`` / ``nn.MaxPool2d(cell, cell)`` when H and W are multiples
+    of ``cell``.
+    """
+    if cell == 1:
+        return x
+    # A map smaller than the cell is one partial cell: clip the kernel, keep the stride.
+    kernel = (min(cell, x.shape[-2]), min(cell, x.shape[-1]))
+    pool = F.avg_pool2d if mode == 'avg' else F.max_pool2d
+    return pool(x, kernel, cell, ceil_mode=True)
+
+
+class HMHSA(BaseModule):
+    """Hierarchical multi-head self-attention on an NCHW map.
+
+    ``mode='official'`` (the released code, which has the pretrained weights), for G > 1:
+    ``y = grid_norm(x + A_G(qkv(norm(x))))`` with ``A_G`` attention inside G x G windows (no
+    projection), then every token of ``y`` queries ``q(y)`` against keys/values
+    ``kv(ds_norm(AvgPool_r(y)))``, and the output is ``proj(global + y)``.
+
+    ``mode='iterative'`` (the paper, Sec. 3): ``A_0 = A_G(qkv(X_0)) + X_0`` with ``X_0 = norm(x)``;
+    step i merges each G x G grid of ``A_{i-1}`` into one token by ``MaxPool_G + AvgPool_G`` and
+    repeats ``A_i = A_G(qkv(X_i)) + X_i`` until one grid covers the whole map; the output is
+    ``proj(sum_i Upsample(A_i))``. One ``qkv`` is shared by all steps because their number depends
+    on the input size; Upsample repeats each merged token over the pixels it stands for (nearest).
+
+    With G = 1 both modes are plain global MHSA: ``proj(A(qkv(norm(x))))``.
+
+    Args:
+        dim (int): Channels.
+        num_heads (int): Heads (the official models use dim // 64).
+        grid_size (int): Window side G.
+        ds_ratio (int): Pooling ratio r of the keys/values of the official global step.
+        mode (str): 'official' or 'iterative'.
+        drop (float): Channel dropout on the output (``nn.Dropout2d``, as the official code).
+        norm_cfg (dict): Norm config.
+        init_cfg (dict, optional): Initialisation config.
+    """
+
+    def __init__(self, dim: int, num_heads: int, grid_size: int = 1, ds_ratio: int = 1,
+                 mode: str = 'official', drop: float = 0., norm_cfg: dict = dict(type='BN'),
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.num_heads = num_heads
+        self.grid_size = grid_size
+        self.ds_ratio = ds_ratio
+        self.mode = mode
+        # 1x1 convolutions in the official code: Linear layers on channels-last tokens here.
+        self.norm = build_norm2d(norm_cfg, dim)
+        self.qkv = nn.Linear(dim, dim * 3)
+        if grid_size > 1 and mode == 'official':
+            self.grid_norm = build_norm2d(norm_cfg, dim)
+            self.ds_norm = build_norm2d(norm_cfg, dim)
+            self.q = nn.Linear(dim, dim)
+            self.kv = nn.Linear(dim, dim * 2)
+        self.proj = nn.Linear(dim, dim)
+        self.drop = nn.Dropout2d(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, height, width = x.shape
+        normed = self.norm(x).permute(0, 2, 3, 1)
+        qkv = self.qkv(normed)
+        if self.grid_size == 1:
+            out = multihead_attention(*qkv.flatten(1, 2).chunk(3, dim=-1), self.num_heads)
+        elif self.mode == 'official':
+            local = grid_attention(qkv, self.grid_size, self.num_heads)
+            y = self.grid_norm(x + local.permute(0, 3, 1, 2))
+            pooled = self.ds_norm(pool_cells(y, self.ds_ratio, 'avg'))
+            k, v = self.kv(pooled.flatten(2).transpose(1, 2)).chunk(2, dim=-1)
+            y = y.flatten(2).transpose(1, 2)
+            out = multihead_attention(self.q(y), k, v, self.num_heads) + y
+        else:
+            out = self._iterative(normed, qkv)
+        out = self.proj(out).reshape(batch, height, width, channels).permute(0, 3, 1, 2)
+        return self.drop(out)
+
+    def _iterative(self, tokens: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """The paper's steps on NHWC maps; returns the sum of the upsampled steps (B, H, W, C)."""
+        height, width = tokens.shape[1:3]
+        grid, scale, total = self.grid_size, 1, None
+        while True:
+            step = grid_attention(qkv, grid, self.num_heads) + tokens
+            if scale == 1:
+                total = step
+            else:
+                total = total + step.repeat_interleave(scale, 1).repeat_interleave(
+                    scale, 2)[:, :height, :width]
+            if step.shape[1] <= grid and step.shape[2] <= grid:
+                return total  # this step's single grid covered the whole map
+            merged = step.permute(0, 3, 1, 2)
+            tokens = (pool_cells(merged, grid, 'max') +
+                      pool_cells(merged, grid, 'avg')).permute(0, 2, 3, 1)
+            qkv = self.qkv(tokens)
+            scale *= grid
+
+
+class InvertedResidual(BaseModule):
+    """IRB: 1x1 conv - norm - act -> depthwise kxk - norm - act -> 1x1 conv - norm (no biases)."""
+
+    def __init__(self, dim: int, hidden_dim: int, kernel_size: int = 3, drop: float = 0.,
+                 norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='SiLU'),
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.conv1 = nn.Conv2d(dim, hidden_dim, 1, bias=False)
+        self.norm1 = build_norm2d(norm_cfg, hidden_dim)
+        self.conv2 = nn.Conv2d(hidden_dim, hidden_dim, kernel_size, padding=kernel_size // 2,
+                               groups=hidden_dim, bias=False)
+        self.norm2 = build_norm2d(norm_cfg, hidden_dim)
+        self.conv3 = nn.Conv2d(hidden_dim, dim, 1, bias=False)
+        self.norm3 = build_norm2d(norm_cfg, dim)
+        self.act = build_activation_layer(act_cfg)
+        self.drop = nn.Dropout2d(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.norm1(self.conv1(x)))
+        x = self.drop(self.act(self.norm2(self.conv2(x))))
+        return self.drop(self.norm3(self.conv3(x)))
+
+
+class TransCNNBlock(BaseModule):
+    """``x + drop_path(H-MHSA(x))``, then ``x + drop_path(IRB(x))``."""
+
+    def __init__(self, dim: int, num_heads: int, grid_size: int, ds_ratio: int, expansion: int,
+                 kernel_size: int, attn_mode: str = 'official', drop: float = 0.,
+                 drop_path: float = 0., norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='SiLU'), init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.attn = HMHSA(dim, num_heads, grid_size, ds_ratio, attn_mode, drop, norm_cfg)
+        self.ffn = InvertedResidual(dim, dim * expansion, kernel_size, drop, norm_cfg, act_cfg)
+        self.drop_path = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(x))
+        return x + self.drop_path(self.ffn(x))
+
+
+class TwoBranchDownsample(BaseModule):
+    """TDB: ``act(norm1(conv3x3 s2(x)) + norm2(conv1x1(maxpool2x2(x))))``.
+
+    The max pool runs in ceil mode, so an odd side gives ceil(H/2) like the strided conv (the
+    official floor-mode pool crashes there); its last cell takes the max of the pixels that exist,
+    as if the map were padded to even with -inf. Even sides are exactly the official layer.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='SiLU'), init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.conv = nn.Conv2d(in_dim, out_dim, 3, stride=2, padding=1)
+        self.residual = nn.Conv2d(in_dim, out_dim, 1)
+        self.norm1 = build_norm2d(norm_cfg, out_dim)
+        self.norm2 = build_norm2d(norm_cfg, out_dim)
+        self.act = build_activation_layer(act_cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = F.max_pool2d(x, 2, 2, ceil_mode=True)
+        return self.act(self.norm1(self.conv(x)) + self.norm2(self.residual(pooled)))
+
+
+class TransCNNStage(BaseModule):
+    """One stage: the TDB from the previous stage (stages 2-4), then the blocks."""
+
+    def __init__(self, blocks: List[nn.Module], downsample: Optional[nn.Module] = None,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        self.downsample = downsample
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x: torch.Tensor, with_cp: bool = False) -> torch.Tensor:
+        if self.downsample is not None:
+            x = self.downsample(x)
+        for block in self.blocks:
+            if with_cp and x.requires_grad:
+                x = cp.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        return x
+
+
+@register_backbone(plain_name=True)
+class TransCNN(HViTBackbone):
+    """TransCNN backbone: H-MHSA + inverted residual blocks in a 4-stage CNN (strides 4-32).
+
+    Paper: `Transformer in Convolutional Neural Networks <https://arxiv.org/abs/2106.03180>`_.
+    The layers are those of the official ``TransCNN.py`` (its checkpoints load through
+    ``init_cfg``). Unlike it, any input of at least 32 x 32 works: stage maps are
+    ceil(H/s) x ceil(W/s); windows are padded internally with the padded tokens masked out of
+    attention, pooled keys average valid pixels only, and the downsample pools in ceil mode, so
+    padding never changes valid outputs, and inputs the official code accepts (multiples of 128)
+    give exactly its results.
+
+    Args:
+        arch (str | dict): 'tiny', 'small' (alias 'base', the paper's ResNet-50-sized
+            TransCNN-Base), 'medium', 'large', or a dict with the keys ``embed_dims``, ``depths``,
+            ``num_heads``, ``expansions``, ``grid_sizes``, ``ds_ratios`` (4 values each) and
+            optionally ``kernel_sizes`` (depthwise kernels, default [5, 3, 5, 3]).
+        in_channels (int): Image channels. Default: 3.
+        attn_mode (str): 'official' (default; the released two-step H-MHSA, the one with
+            pretrained weights) or 'iterative' (the paper's multi-step H-MHSA, see :class:`HMHSA`).
+        out_indices (Sequence[int]): Stages to return (0-3). Default: all four.
+        drop_rate (float): Channel dropout in the attention and IRB outputs. Default: 0.
+        drop_path_rate (float): Stochastic depth, linear over all blocks. Default: 0.
+        norm_cfg (dict): Norm layers. Default: BN.
+        act_cfg (dict): Activation. Default: SiLU.
+        frozen_stages (int): -1 none; 0 the stem; i the stem and stages 1..i. Default: -1.
+        norm_eval (bool): Keep BN in eval mode while training. Default: False.
+        with_cp (bool): Gradient checkpointing of the blocks. Default: False.
+        pretrained (str, optional): Deprecated, use ``init_cfg``.
+        init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``; official
+            checkpoints are converted on load. None: the official initialisation.
+    """
+
+    _kernels = [5, 3, 5, 3]
+    arch_zoo = {
+        'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 4, 2], num_heads=[1, 2, 4, 8],
+                     expansions=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
+        **dict.fromkeys(['small', 'base'],
+                        dict(embed_dims=[64, 128, 256, 512], depths=[3, 4, 8, 3],
+                             num_heads=[1, 2, 4, 8], expansions=[4, 4, 6, 6],
+                             grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1])),
+        'medium': dict(embed_dims=[64, 128, 320, 640], depths=[3, 4, 12, 3],
+                       num_heads=[1, 2, 5, 10], expansions=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
+                       ds_ratios=[8, 4, 2, 1]),
+        'large': dict(embed_dims=[64, 128, 384, 768], depths=[3, 4, 16, 3],
+                      num_heads=[1, 2, 6, 12], expansions=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
+                      ds_ratios=[8, 4, 2, 1]),
+    }
+    essential_keys = ('embed_dims', 'depths', 'num_heads', 'expansions', 'grid_sizes',
+                      'ds_ratios')
+    attn_modes = ('official', 'iterative')
+    stem_channels = 16
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'small',
+                 in_channels: int = 3,
+                 attn_mode: str = 'official',
+                 out_indices: Sequence[int] = (0, 1, 2, 3),
+                 drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 norm_cfg: dict = dict(type='BN', requires_grad=True),
+                 act_cfg: dict = dict(type='SiLU'),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 pretrained: Optional[str] = None,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+        super().__init__(in_channels=in_channels, out_indices=out_indices,
+                         frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
+                         pretrained=pretrained, init_cfg=init_cfg)
+        self.arch_settings = self._parse_arch(arch)
+        self.arch_name = arch if isinstance(arch, str) else f'custom {arch}'
+        if attn_mode not in self.attn_modes:
+            raise ValueError(f'attn_mode must be one of {self.attn_modes}, got {attn_mode!r}')
+        self.attn_mode = attn_mode
+        s = self.arch_settings
+        dims = s['embed_dims']
+        self.embed_dims = list(dims)
+
+        # Stem: two stride-2 3x3 convs to stride 4; the second has no norm and no activation.
+        self.patch_embed = nn.Sequential(OrderedDict([
+            ('conv1', nn.Conv2d(in_channels, self.stem_channels, 3, stride=2, padding=1)),
+            ('norm', build_norm2d(norm_cfg, self.stem_channels)),
+            ('act', build_activation_layer(act_cfg)),
+            ('conv2', nn.Conv2d(self.stem_channels, dims[0], 3, stride=2, padding=1)),
+        ]))
+
+        total = sum(s['depths'])
+        dpr = [drop_path_rate * i / max(total - 1, 1) for i in range(total)]
+        self.stages = nn.ModuleList()
+        for i, depth in enumerate(s['depths']):
+            start = sum(s['depths'][:i])
+            blocks = [
+                TransCNNBlock(dims[i], s['num_heads'][i], s['grid_sizes'][i], s['ds_ratios'][i],
+                              s['expansions'][i], s['kernel_sizes'][i], attn_mode, drop_rate,
+                              dpr[start + j], norm_cfg, act_cfg) for j in range(depth)
+            ]
+            downsample = (TwoBranchDownsample(dims[i - 1], dims[i], norm_cfg, act_cfg)
+                          if i > 0 else None)
+            self.stages.append(TransCNNStage(blocks, downsample))
+        self._freeze_stages()
+
+    def _parse_arch(self, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch.lower() not in self.arch_zoo:
+                raise ValueError(f'unknown TransCNN arch {arch!r}; valid names: '
+                                 f'{sorted(self.arch_zoo)}, or a dict with the keys '
+                                 f'{self.essential_keys}')
+            arch = self.arch_zoo[arch.lower()]
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a str or a dict, got {type(arch).__name__}')
+        missing = [k for k in self.essential_keys if k not in arch]
+        if missing:
+            raise ValueError(f'custom TransCNN arch misses the keys {missing}; it needs '
+                             f'{self.essential_keys} (and optionally kernel_sizes)')
+        settings = {k: list(arch[k]) for k in self.essential_keys}
+        settings['kernel_sizes'] = list(arch.get('kernel_sizes', self._kernels))
+        for key, values in settings.items():
+            if len(values) != self.num_outputs:
+                raise ValueError(f'arch {key} needs {self.num_outputs} values (one per stage), '
+                                 f'got {values}')
+            if any(int(v) < 1 for v in values):
+                raise ValueError(f'arch {key} must be positive, got {values}')
+        for dim, heads in zip(settings['embed_dims'], settings['num_heads']):
+            if dim % heads:
+                raise ValueError(f'embed_dims {settings["embed_dims"]} must be divisible by '
+                                 f'num_heads {settings["num_heads"]}')
+        return settings
+
+    def stage_modules(self, index: int) -> List[nn.Module]:
+        return [self.patch_embed] if index == 0 else [self.stages[index - 1]]
+
+    def init_weights(self) -> None:
+        if self.init_cfg is None:
+            # The official initialisation: truncated normal (std .02) for convs and linears.
+            for m in self.modules():
+                if isinstance(m, (nn.Conv2d, nn.Linear)):
+                    trunc_normal_(m.weight, std=.02)
+                    if m.bias is not None:
+                        nn.init.zeros_(m.bias)
+                elif isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)):
+                    if m.weight is not None:
+                        nn.init.ones_(m.weight)
+                        nn.init.zeros_(m.bias)
+            self._is_init = True
+            return
+        super().init_weights()
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        self.check_input(x)
+        x = self.patch_embed(x)
+        outs = []
+        for i, stage in enumerate(self.stages):
+            x = stage(x, self.with_cp)
+            if i in self.out_indices:
+                outs.append(x)
+        return tuple(outs)
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def convert_checkpoint(self, state_dict: dict) -> dict:
+        return convert_transcnn_checkpoint(state_dict)
+
+    def describe_checkpoint(self, state_dict: dict) -> str:
+        return describe_transcnn_checkpoint(convert_transcnn_checkpoint(state_dict))
+
+
+# --- official checkpoints ------------------------------------------------------------------------
+# Official names (TransCNN.py) -> ours; 1x1 conv weights [out, in, 1, 1] become Linear [out, in].
+_OFFICIAL_RULES = [
+    (r'^patch_embed\.0\.', 'patch_embed.conv1.'),
+    (r'^patch_embed\.1\.', 'patch_embed.norm.'),
+    (r'^patch_embed\.3\.', 'patch_embed.conv2.'),
+    (r'^blocks\.(\d+)\.(\d+)\.attn\.', r'stages.\1.blocks.\2.attn.'),
+    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([123])\.0\.', r'stages.\1.blocks.\2.ffn.conv\3.'),
+    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([123])\.1\.', r'stages.\1.blocks.\2.ffn.norm\3.'),
+]
+_ATTN_LINEAR = re.compile(r'\.attn\.(qkv|q|kv|proj)\.weight$')
+_OFFICIAL_HEAD = 'classifier.1.'
+
+
+def is_official_transcnn(state_dict: Dict[str, torch.Tensor]) -> bool:
+    """Whether a state dict has the official TransCNN key layout."""
+    return any(k.startswith(('patch_embed.0.', 'blocks.0.0.', 'ds2.')) for k in state_dict)
+
+
+def convert_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor],
+                                with_head: bool = False) -> Dict[str, torch.Tensor]:
+    """Convert an official TransCNN state dict to this backbone's keys.
+
+    Our own keys pass through unchanged; a ``module.`` (DDP) prefix is dropped, and an mmpretrain
+    classifier's ``backbone.*`` keys are taken. The official classifier (``classifier.1``) becomes
+    ``head.fc`` with ``with_head``, else it is left out (a backbone has no head); keys that no rule
+    knows stay as they are, so that loading reports them as unexpected.
+    """
+    if state_dict and all(k.startswith('module.') for k in state_dict):
+        state_dict = OrderedDict((k[len('module.'):], v) for k, v in state_dict.items())
+    if (not any(k.startswith(('patch_embed.', 'stages.')) for k in state_dict)
+            and any(k.startswith('backbone.') for k in state_dict)):
+        state_dict = OrderedDict((k[len('backbone.'):], v) for k, v in state_dict.items()
+                                 if k.startswith('backbone.'))
+    if not is_official_transcnn(state_dict):
+        return state_dict
+    converted = OrderedDict()
+    dropped = []
+    for key, value in state_dict.items():
+        if key.startswith(_OFFICIAL_HEAD):
+            if with_head:
+                converted['head.fc.' + key[len(_OFFICIAL_HEAD):]] = value
+            else:
+                dropped.append(key)
+            continue
+        new_key = key
+        downsample = re.match(r'^ds(\d+)\.', key)
+        if downsample:
+            # dsN sits between stages N-1 and N (1-based): ours is stages.{N-1}.downsample.
+            new_key = f'stages.{int(downsample.group(1)) - 1}.downsample.' + key[downsample.end():]
+        else:
+            for pattern, repl in _OFFICIAL_RULES:
+                new_key, hits = re.subn(pattern, repl, key)
+                if hits:
+                    break
+        if _ATTN_LINEAR.search(new_key) and value.dim() == 4:
+            value = value.flatten(1)
+        converted[new_key] = value
+    if dropped:
+        print_log(f'TransCNN converter: left out the classifier {dropped} (not part of a '
+                  f'backbone)', logger='current')
+    return converted
+
+
+def describe_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
+    """The arch a converted TransCNN state dict was made for: a zoo name or dims/depths."""
+    try:
+        dims = [state_dict['patch_embed.conv2.weight'].shape[0]] + [
+            state_dict[f'stages.{i}.downsample.conv.weight'].shape[0] for i in (1, 2, 3)
+        ]
+    except KeyError:
+        return 'unknown (not a TransCNN checkpoint)'
+    depths = [0, 0, 0, 0]
+    expansions = [0, 0, 0, 0]
+    for key, value in state_dict.items():
+        found = re.match(r'^stages\.(\d)\.blocks\.(\d+)\.ffn\.conv1\.weight$', key)
+        if found:
+            stage = int(found.group(1))
+            depths[stage] = max(depths[stage], int(found.group(2)) + 1)
+            expansions[stage] = value.shape[0] // dims[stage]
+    for name, arch in TransCNN.arch_zoo.items():
+        if (arch['embed_dims'], arch['depths'], arch['expansions']) == (dims, depths, expansions):
+            return name
+    return f'embed_dims {dims}, depths {depths}, expansions {expansions}'

@@ -1,0 +1,127 @@
+"""Every shipped config loads, builds (no download) and takes one loss and one predict step."""
+import copy
+import glob
+import os.path as osp
+
+import pytest
+import torch
+from conftest import REPO, TINY_BACKBONES
+from mmengine.config import Config
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import init_default_scope
+
+CONFIGS = sorted(
+    osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
+    if not osp.basename(p).startswith('_') and osp.basename(p) != 'shapes_detection.py')
+
+
+def detection_batch(height, width, with_mask):
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+    sample = DetDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
+                                         scale_factor=(1., 1.), pad_shape=(height, width)))
+    boxes = torch.tensor([[10., 12., 70., 80.], [40., 30., 110., 100.]])
+    instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1]))
+    if with_mask:
+        masks = torch.zeros(2, height, width, dtype=torch.uint8)
+        for mask, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist()):
+            mask[y0:y1, x0:x1] = 1
+        instances.masks = BitmapMasks(masks.numpy(), height, width)
+    sample.gt_instances = instances
+    return sample
+
+
+def segmentation_batch(height, width):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    sample = SegDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
+                                         pad_shape=(height, width)))
+    sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, height, width)))
+    return sample
+
+
+def classification_batch():
+    from mmpretrain.structures import DataSample
+    return DataSample().set_gt_label(torch.tensor([3]))
+
+
+def make_batch(scope, cfg, height, width):
+    if scope == 'mmdet':
+        with_mask = 'mask_head' in cfg.model.get('roi_head', {})
+        sample = detection_batch(height, width, with_mask)
+    elif scope == 'mmseg':
+        sample = segmentation_batch(height, width)
+    else:
+        sample = classification_batch()
+    # two images: batch statistics (BN in UperNet's pooling branch) need more than one value
+    images = [torch.randint(0, 256, (3, height, width), dtype=torch.uint8) for _ in range(2)]
+    return dict(inputs=images, data_samples=[sample, copy.deepcopy(sample)])
+
+
+def input_size(scope, cfg):
+    if scope == 'mmpretrain':
+        return (256, 256) if 'TransCNN' in cfg.model.backbone.type else (224, 224)
+    return (160, 192)  # small, not square, not a multiple of the backbones' windows
+
+
+@pytest.mark.parametrize('config', CONFIGS)
+def test_config_builds_and_steps(config):
+    cfg = Config.fromfile(osp.join(REPO, config))
+    assert cfg.custom_imports == dict(imports=['mmhvit'], allow_failed_imports=False)
+    scope = cfg.default_scope
+    assert cfg.model.backbone.type.startswith('mmhvit.')
+    import mmhvit  # noqa: F401  (what custom_imports does)
+    init_default_scope(scope)
+    registry = __import__(f'{scope}.registry', fromlist=['MODELS'])
+    cfg.model.backbone.pop('init_cfg', None)  # no download in tests
+    cfg.model.pop('init_cfg', None)
+    if 'data_preprocessor' in cfg:  # as the Runner does
+        cfg.model.setdefault('data_preprocessor', cfg.data_preprocessor)
+    model = revert_sync_batchnorm(registry.MODELS.build(cfg.model))
+    model.init_weights()
+
+    height, width = input_size(scope, cfg)
+    data = model.data_preprocessor(make_batch(scope, cfg, height, width), True)
+    model.train()
+    losses = model(**data, mode='loss')
+    loss, _ = model.parse_losses(losses)
+    assert torch.isfinite(loss)
+    loss.backward()
+    unused = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    if scope == 'mmdet' and 'rpn_head' not in cfg.model:
+        # RetinaNet: the neck is wired to the outputs it uses (DDP needs every parameter used)
+        assert not unused, unused
+
+    model.eval()
+    with torch.no_grad():
+        data = model.data_preprocessor(make_batch(scope, cfg, height, width), False)
+        predictions = model(**data, mode='predict')
+    assert len(predictions) == 2
+    if scope == 'mmdet':
+        assert 'bboxes' in predictions[0].pred_instances
+    elif scope == 'mmseg':
+        assert predictions[0].pred_sem_seg.data.shape[-2:] == (height, width)
+    else:
+        assert predictions[0].pred_score.shape == (cfg.model.head.num_classes, )
+
+
+@pytest.mark.parametrize('name', sorted(TINY_BACKBONES))
+def test_backbone_drops_into_mmdet_shipped_retinanet(name):
+    """What a user does: mmdet's own config + custom_imports + a backbone override."""
+    import mmdet
+    import mmhvit  # noqa: F401
+    from mmdet.registry import MODELS
+    init_default_scope('mmdet')
+    cfg = Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'retinanet',
+                                   'retinanet_r50_fpn_1x_coco.py'))
+    backbone = MODELS.build(dict(type=f'mmhvit.{name}', **TINY_BACKBONES[name]))
+    channels = [f.shape[1] for f in backbone(torch.randn(1, 3, 64, 64))]
+    cfg.merge_from_dict(dict(
+        custom_imports=dict(imports=['mmhvit'], allow_failed_imports=False),
+        model=dict(backbone=dict(_delete_=True, type=f'mmhvit.{name}', **TINY_BACKBONES[name]),
+                   neck=dict(in_channels=channels))))
+    model = MODELS.build(cfg.model)
+    data = model.data_preprocessor(make_batch('mmdet', cfg, 128, 160), True)
+    losses = model(**data, mode='loss')
+    assert torch.isfinite(model.parse_losses(losses)[0])

@@ -1,0 +1,535 @@
+"""TransCNN: official-exact numbers, any input size, the iterative H-MHSA, the backbone contract.
+
+The reference below restates the official ``TransCNN.py`` (yun-liu/HAT-Net @0bd7463) in plain
+torch on an official-format state dict (its keys, 1x1 conv weights, NCHW). Its windows and pooled
+cells are taken by slicing, so at map borders they hold only the pixels that exist: for inputs the
+official code accepts (multiples of 128) this is exactly its computation, and for other sizes it is
+the computation in which padded keys are absent.
+"""
+import itertools
+import math
+import os
+import os.path as osp
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import REPO, run_tool
+
+from mmhvit.models.backbones import transcnn as transcnn_module
+from mmhvit.models.backbones.transcnn import (HMHSA, TransCNN, convert_transcnn_checkpoint,
+                                              grid_attention, pool_cells)
+from mmhvit.models.checkpoint import load_converted_state_dict
+
+DATA = osp.join(osp.dirname(__file__), 'data')
+TINY = dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4],
+            expansions=[2, 2, 2, 2], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1])
+OFFICIAL_PARAMS_M = dict(tiny=13.316, small=26.539, medium=48.323, large=80.033)
+KERNELS = [5, 3, 5, 3]
+
+
+# --- the official layout and forward, restated ---------------------------------------------------
+def official_shapes(arch, num_classes=1000):
+    """Key -> shape of an official TransCNN state dict (head_dim = dim // num_heads)."""
+    shapes = {}
+
+    def conv(name, out_ch, in_ch, k, bias=True):
+        shapes[name + '.weight'] = (out_ch, in_ch, k, k)
+        if bias:
+            shapes[name + '.bias'] = (out_ch, )
+
+    def bn(name, ch):
+        for suffix in ('weight', 'bias', 'running_mean', 'running_var'):
+            shapes[f'{name}.{suffix}'] = (ch, )
+        shapes[name + '.num_batches_tracked'] = ()
+
+    dims = arch['embed_dims']
+    conv('patch_embed.0', 16, 3, 3)
+    bn('patch_embed.1', 16)
+    conv('patch_embed.3', dims[0], 16, 3)
+    for s, (dim, depth) in enumerate(zip(dims, arch['depths'])):
+        hidden = dim * arch['expansions'][s]
+        for i in range(depth):
+            attn, irb = f'blocks.{s}.{i}.attn', f'blocks.{s}.{i}.conv'
+            bn(attn + '.norm', dim)
+            conv(attn + '.qkv', 3 * dim, dim, 1)
+            conv(attn + '.proj', dim, dim, 1)
+            if arch['grid_sizes'][s] > 1:
+                bn(attn + '.grid_norm', dim)
+                bn(attn + '.ds_norm', dim)
+                conv(attn + '.q', dim, dim, 1)
+                conv(attn + '.kv', 2 * dim, dim, 1)
+            conv(irb + '.conv1.0', hidden, dim, 1, bias=False)
+            bn(irb + '.conv1.1', hidden)
+            conv(irb + '.conv2.0', hidden, 1, KERNELS[s], bias=False)
+            bn(irb + '.conv2.1', hidden)
+            conv(irb + '.conv3.0', dim, hidden, 1, bias=False)
+            bn(irb + '.conv3.1', dim)
+    for n in (2, 3, 4):
+        conv(f'ds{n}.conv', dims[n - 1], dims[n - 2], 3)
+        conv(f'ds{n}.residual', dims[n - 1], dims[n - 2], 1)
+        bn(f'ds{n}.norm1', dims[n - 1])
+        bn(f'ds{n}.norm2', dims[n - 1])
+    shapes['classifier.1.weight'] = (num_classes, dims[-1])
+    shapes['classifier.1.bias'] = (num_classes, )
+    return shapes
+
+
+def read_official_keys(name):
+    shapes = {}
+    with open(osp.join(DATA, f'transcnn_official_keys_{name}.txt')) as f:
+        for line in f:
+            if line.startswith('#'):
+                continue
+            key, shape = line.rstrip('\n').split(' ')
+            shapes[key] = tuple(int(v) for v in shape.split(',')) if shape else ()
+    return shapes
+
+
+def random_state_dict(shapes, seed=0, dtype=torch.float64):
+    """Random official weights giving O(1) activations and non-uniform attention."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def uniform(shape, low, high):
+        return torch.rand(shape, generator=gen, dtype=dtype) * (high - low) + low
+
+    norms = {k[:-len('.running_mean')] for k in shapes if k.endswith('.running_mean')}
+    sd = {}
+    for key, shape in shapes.items():
+        prefix, suffix = key.rsplit('.', 1)
+        if suffix == 'num_batches_tracked':
+            sd[key] = torch.tensor(0)
+        elif prefix in norms:
+            low, high = dict(weight=(.5, 1.5), bias=(-.3, .3), running_mean=(-.3, .3),
+                             running_var=(.5, 2.))[suffix]
+            sd[key] = uniform(shape, low, high)
+        elif suffix == 'bias':
+            sd[key] = uniform(shape, -.1, .1)
+        else:
+            # Half the unit-gain scale: the residual stream stays O(1) through 18 blocks.
+            sd[key] = torch.randn(shape, generator=gen, dtype=dtype) * .5 / math.sqrt(
+                math.prod(shape[1:]))
+    return sd
+
+
+def r_bn(x, sd, name):
+    return F.batch_norm(x, sd[name + '.running_mean'], sd[name + '.running_var'],
+                        sd[name + '.weight'], sd[name + '.bias'], False, 0., 1e-5)
+
+
+def r_conv(x, sd, name, **kwargs):
+    return F.conv2d(x, sd[name + '.weight'], sd.get(name + '.bias'), **kwargs)
+
+
+def r_attention(q, k, v, heads):
+    """Softmax attention on channel-major tokens (B, C, N); channels head-major."""
+    batch, channels, n_q = q.shape
+    q, k, v = (t.reshape(batch, heads, channels // heads, -1).transpose(-2, -1) for t in (q, k, v))
+    weights = (q @ k.transpose(-2, -1) * (channels // heads)**-0.5).softmax(-1)
+    return (weights @ v).transpose(-2, -1).reshape(batch, channels, n_q)
+
+
+def r_window_attention(qkv, grid, heads):
+    """Attention inside each grid x grid window; border windows hold only existing tokens."""
+    batch, _, height, width = qkv.shape
+    out = qkv.new_zeros(batch, qkv.shape[1] // 3, height, width)
+    for i in range(0, height, grid):
+        for j in range(0, width, grid):
+            window = qkv[:, :, i:i + grid, j:j + grid]
+            q, k, v = window.flatten(2).chunk(3, dim=1)
+            out[:, :, i:i + grid, j:j + grid] = r_attention(q, k, v, heads).reshape(
+                batch, -1, *window.shape[-2:])
+    return out
+
+
+def r_cell_pool(x, cell, op):
+    """Mean or max of each cell x cell cell over the pixels that exist."""
+    height, width = x.shape[-2:]
+    return torch.stack([
+        torch.stack([
+            getattr(x[:, :, i:i + cell, j:j + cell], op)(dim=(-2, -1))
+            for j in range(0, width, cell)
+        ], -1) for i in range(0, height, cell)
+    ], -2)
+
+
+def r_hmhsa(x, sd, name, heads, grid, ratio):
+    qkv = r_conv(r_bn(x, sd, name + '.norm'), sd, name + '.qkv')
+    if grid == 1:
+        out = r_attention(*qkv.flatten(2).chunk(3, dim=1), heads)
+    else:
+        y = r_bn(x + r_window_attention(qkv, grid, heads), sd, name + '.grid_norm')
+        kv = r_conv(r_bn(r_cell_pool(y, ratio, 'mean'), sd, name + '.ds_norm'), sd, name + '.kv')
+        q = r_conv(y, sd, name + '.q').flatten(2)
+        out = r_attention(q, *kv.flatten(2).chunk(2, dim=1), heads) + y.flatten(2)
+    return r_conv(out.reshape(x.shape), sd, name + '.proj')
+
+
+def r_irb(x, sd, name, kernel):
+    x = F.silu(r_bn(r_conv(x, sd, name + '.conv1.0'), sd, name + '.conv1.1'))
+    x = r_conv(x, sd, name + '.conv2.0', padding=kernel // 2, groups=x.shape[1])
+    x = F.silu(r_bn(x, sd, name + '.conv2.1'))
+    return r_bn(r_conv(x, sd, name + '.conv3.0'), sd, name + '.conv3.1')
+
+
+def r_downsample(x, sd, name):
+    # The official pool needs even sides; odd ones get -inf padding (the max of what exists).
+    height, width = x.shape[-2:]
+    pooled = F.max_pool2d(F.pad(x, (0, width % 2, 0, height % 2), value=-math.inf), 2)
+    return F.silu(
+        r_bn(r_conv(x, sd, name + '.conv', stride=2, padding=1), sd, name + '.norm1') +
+        r_bn(r_conv(pooled, sd, name + '.residual'), sd, name + '.norm2'))
+
+
+def reference_forward(sd, x, arch):
+    """The official TransCNN forward: (4 stage maps, logits or None)."""
+    x = F.silu(r_bn(r_conv(x, sd, 'patch_embed.0', stride=2, padding=1), sd, 'patch_embed.1'))
+    x = r_conv(x, sd, 'patch_embed.3', stride=2, padding=1)
+    feats = []
+    for s in range(4):
+        if s:
+            x = r_downsample(x, sd, f'ds{s + 1}')
+        for i in range(arch['depths'][s]):
+            x = x + r_hmhsa(x, sd, f'blocks.{s}.{i}.attn', arch['num_heads'][s],
+                            arch['grid_sizes'][s], arch['ds_ratios'][s])
+            x = x + r_irb(x, sd, f'blocks.{s}.{i}.conv', KERNELS[s])
+        feats.append(x)
+    logits = None
+    if 'classifier.1.weight' in sd:
+        logits = F.linear(x.mean((2, 3)), sd['classifier.1.weight'], sd['classifier.1.bias'])
+    return feats, logits
+
+
+def tool_env():
+    env = dict(os.environ)
+    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+    return env
+
+
+def converted_model(arch, sd, dtype=torch.float64, **kwargs):
+    model = TransCNN(arch, **kwargs).to(dtype).eval()
+    missing, unexpected = model.load_state_dict(convert_transcnn_checkpoint(sd), strict=False)
+    assert not missing and not unexpected
+    return model
+
+
+def assert_close(actual, expected, tol):
+    scale = expected.abs().max().item()
+    assert actual.shape == expected.shape
+    assert (actual - expected).abs().max().item() <= tol * max(scale, 1.), (
+        (actual - expected).abs().max().item(), scale)
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+# --- architecture and official weights -----------------------------------------------------------
+@pytest.mark.parametrize('name', ['tiny', 'small', 'medium', 'large'])
+def test_official_layout_and_param_counts(name):
+    arch = TransCNN.arch_zoo[name]
+    official = read_official_keys(name)
+    # The generator used for custom archs reproduces the official state dict of every variant.
+    assert official_shapes(arch) == official
+    params = sum(math.prod(s) for k, s in official.items()
+                 if not k.endswith(('running_mean', 'running_var', 'num_batches_tracked')))
+    with torch.device('meta'):
+        model = TransCNN(name)
+    ours = sum(p.numel() for p in model.parameters()) + arch['embed_dims'][-1] * 1000 + 1000
+    assert ours == params
+    assert round(ours / 1e6, 3) == OFFICIAL_PARAMS_M[name]
+    # Converter round trip: every official key lands on one of ours, with the same size.
+    converted = convert_transcnn_checkpoint(
+        {k: torch.empty(s, device='meta') for k, s in official.items()})
+    own = model.state_dict()
+    assert set(converted) == set(own)
+    assert all(converted[k].shape == own[k].shape for k in own)
+    # Our own keys pass through unchanged; DDP and mmpretrain-classifier prefixes are undone.
+    assert convert_transcnn_checkpoint(own) is own
+    ddp = convert_transcnn_checkpoint({'module.' + k: v for k, v in converted.items()})
+    assert list(ddp) == list(converted)
+    classifier = {'backbone.' + k: v for k, v in own.items()}
+    classifier['head.fc.weight'] = torch.empty(1000, arch['embed_dims'][-1], device='meta')
+    assert list(convert_transcnn_checkpoint(classifier)) == list(own)
+
+
+def test_base_is_small():
+    assert TransCNN.arch_zoo['base'] == TransCNN.arch_zoo['small']
+
+
+@pytest.mark.parametrize('arch,size', [(TINY, (128, 256)), ('tiny', (128, 128))])
+def test_matches_official_on_official_sizes(arch, size, monkeypatch):
+    """Inputs divisible by 128: no padding or masking happens and the numbers are official."""
+    arch_dict = TransCNN.arch_zoo[arch] if isinstance(arch, str) else arch
+    sd = random_state_dict(official_shapes(arch_dict))
+    model = converted_model(arch, sd)
+    masks = []
+    real_attention = transcnn_module.multihead_attention
+
+    def spy(*args, key_mask=None, **kwargs):
+        masks.append(key_mask)
+        return real_attention(*args, key_mask=key_mask, **kwargs)
+
+    monkeypatch.setattr(transcnn_module, 'multihead_attention', spy)
+    x = torch.randn(2, 3, *size, dtype=torch.float64)
+    with torch.no_grad():
+        ours = model(x)
+        expected, _ = reference_forward(sd, x, arch_dict)
+    assert masks and all(mask is None for mask in masks)
+    for out, ref in zip(ours, expected):
+        assert_close(out, ref, 1e-10)
+
+
+@pytest.mark.parametrize('size', [(97, 131), (200, 333), (33, 40)])
+def test_padding_never_leaks(size):
+    """Maps that need padding: valid outputs equal the computation without the padded keys."""
+    sd = random_state_dict(official_shapes(TINY), seed=1)
+    model = converted_model(TINY, sd)
+    x = torch.randn(1, 3, *size, dtype=torch.float64)
+    with torch.no_grad():
+        ours = model(x)
+        expected, _ = reference_forward(sd, x, TINY)
+    for out, ref in zip(ours, expected):
+        assert_close(out, ref, 1e-10)
+
+
+def test_window_attention_and_pooling_ignore_padding():
+    qkv = torch.randn(2, 13, 11, 3 * 8, dtype=torch.float64)
+    ours = grid_attention(qkv, 8, 2)
+    ref = r_window_attention(qkv.permute(0, 3, 1, 2), 8, 2).permute(0, 2, 3, 1)
+    assert_close(ours, ref, 1e-12)
+    x = torch.randn(2, 4, 13, 11, dtype=torch.float64)
+    for cell in (2, 4, 8, 16):
+        assert_close(pool_cells(x, cell, 'avg'), r_cell_pool(x, cell, 'mean'), 1e-12)
+        assert_close(pool_cells(x, cell, 'max'), r_cell_pool(x, cell, 'amax'), 1e-12)
+    # Divisible maps: exactly the official nn.AvgPool2d.
+    x = torch.randn(1, 4, 16, 24)
+    assert torch.equal(pool_cells(x, 8, 'avg'), nn.AvgPool2d(8, 8)(x))
+
+
+def test_init_cfg_loads_official_checkpoint(tmp_path):
+    sd = random_state_dict(official_shapes(TINY), seed=2, dtype=torch.float32)
+    path = tmp_path / 'official.pth'
+    torch.save({'model': sd}, path)
+    model = TransCNN(TINY, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    model.eval()
+    x = torch.randn(1, 3, 128, 128)
+    with torch.no_grad():
+        ours = model(x)
+        expected, _ = reference_forward(sd, x, TINY)
+    for out, ref in zip(ours, expected):
+        assert_close(out, ref, 1e-4)
+
+
+def test_checkpoint_of_another_arch_names_both():
+    with torch.device('meta'):
+        model = TransCNN('small')
+    official = {k: torch.empty(s, device='meta') for k, s in read_official_keys('tiny').items()}
+    with pytest.raises(ValueError, match=r"arch tiny, but this model is arch small"):
+        load_converted_state_dict(model, model.convert_checkpoint(official))
+
+
+# --- any input size -------------------------------------------------------------------------------
+@pytest.fixture(scope='module')
+def tiny_models():
+    torch.manual_seed(0)
+    models = {mode: TransCNN(TINY, attn_mode=mode).eval() for mode in TransCNN.attn_modes}
+    for model in models.values():
+        model.init_weights()
+    return models
+
+
+@pytest.mark.parametrize('size', [(224, 224), (256, 256), (200, 333), (97, 131), (800, 1344)])
+@pytest.mark.parametrize('mode', ['official', 'iterative'])
+def test_output_shapes(tiny_models, size, mode):
+    with torch.no_grad():
+        outs = tiny_models[mode](torch.randn(1, 3, *size))
+    assert len(outs) == 4
+    for out, dim, stride in zip(outs, TINY['embed_dims'], (4, 8, 16, 32)):
+        assert out.shape == (1, dim, math.ceil(size[0] / stride), math.ceil(size[1] / stride))
+        assert torch.isfinite(out).all()
+
+
+def test_out_indices_subsets(tiny_models):
+    x = torch.randn(1, 3, 97, 131)
+    with torch.no_grad():
+        full = tiny_models['official'](x)
+    state = tiny_models['official'].state_dict()
+    for r in range(1, 5):
+        for subset in itertools.combinations(range(4), r):
+            model = TransCNN(TINY, out_indices=subset).eval()
+            model.load_state_dict(state)
+            with torch.no_grad():
+                outs = model(x)
+            assert len(outs) == len(subset)
+            for out, index in zip(outs, subset):
+                assert torch.equal(out, full[index])
+    assert TransCNN(TINY, out_indices=(-1, )).out_indices == (3, )
+
+
+# --- the paper's iterative H-MHSA -----------------------------------------------------------------
+def reference_iterative(module, x):
+    """The seed's steps, by slicing: windows, max+avg merge, nearest upsample, sum, project."""
+    tokens = module.norm(x)
+    height, width = x.shape[-2:]
+    grid, scale, total = module.grid_size, 1, 0
+    while True:
+        qkv = F.linear(tokens.permute(0, 2, 3, 1), module.qkv.weight,
+                       module.qkv.bias).permute(0, 3, 1, 2)
+        step = r_window_attention(qkv, grid, module.num_heads) + tokens
+        rows = torch.arange(height) // scale
+        cols = torch.arange(width) // scale
+        total = total + step[:, :, rows][:, :, :, cols]
+        if step.shape[-2] <= grid and step.shape[-1] <= grid:
+            break
+        tokens = r_cell_pool(step, grid, 'amax') + r_cell_pool(step, grid, 'mean')
+        scale *= grid
+    return F.linear(total.permute(0, 2, 3, 1), module.proj.weight,
+                    module.proj.bias).permute(0, 3, 1, 2)
+
+
+def make_iterative(grid, dim=8, heads=2):
+    torch.manual_seed(0)
+    module = HMHSA(dim, heads, grid_size=grid, mode='iterative').double().eval()
+    with torch.no_grad():
+        module.norm.running_mean.uniform_(-.3, .3)
+        module.norm.running_var.uniform_(.5, 2.)
+    return module
+
+
+@pytest.mark.parametrize('size', [(6, 7), (8, 8)])
+def test_iterative_single_grid_is_global_attention(size):
+    module = make_iterative(grid=8)
+    x = torch.randn(2, 8, *size, dtype=torch.float64)
+    with torch.no_grad():
+        tokens = module.norm(x)
+        qkv = F.linear(tokens.flatten(2).transpose(1, 2), module.qkv.weight, module.qkv.bias)
+        attended = r_attention(*qkv.transpose(1, 2).chunk(3, dim=1), 2).reshape(x.shape)
+        expected = F.linear((attended + tokens).flatten(2).transpose(1, 2), module.proj.weight,
+                            module.proj.bias).transpose(1, 2).reshape(x.shape)
+        assert_close(module(x), expected, 1e-12)
+
+
+@pytest.mark.parametrize('size', [(20, 27), (64, 9), (16, 16)])
+def test_iterative_matches_the_paper_steps(size):
+    module = make_iterative(grid=4)
+    x = torch.randn(2, 8, *size, dtype=torch.float64)
+    with torch.no_grad():
+        assert_close(module(x), reference_iterative(module, x), 1e-12)
+
+
+def test_iterative_gradients_flow():
+    model = TransCNN(TINY, attn_mode='iterative')
+    model.init_weights()
+    assert not hasattr(model.stages[0].blocks[0].attn, 'kv')
+    outs = model(torch.randn(2, 3, 70, 90))
+    sum(out.square().mean() for out in outs).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and torch.isfinite(param.grad).all(), name
+        assert param.grad.abs().sum() > 0, name
+
+
+# --- OpenMMLab backbone contract ------------------------------------------------------------------
+@pytest.mark.parametrize('frozen', [-1, 0, 1, 2, 4])
+def test_frozen_stages(frozen):
+    model = TransCNN(TINY, frozen_stages=frozen)
+    model.train()
+    for index in range(5):
+        frozen_here = index <= frozen
+        for module in model.stage_modules(index):
+            assert all(p.requires_grad != frozen_here for p in module.parameters())
+            assert all(m.training != frozen_here for m in module.modules())
+    assert model.stage_modules(2)[0].downsample is model.stages[1].downsample
+
+
+def test_norm_eval():
+    model = TransCNN(TINY, norm_eval=True, drop_rate=.1)
+    model.train()
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert norms and not any(m.training for m in norms)
+    assert all(m.training for m in model.modules() if isinstance(m, nn.Dropout2d))
+
+
+def test_with_cp_same_outputs_and_grads(monkeypatch):
+    calls = []
+    checkpoint = transcnn_module.cp.checkpoint
+    monkeypatch.setattr(transcnn_module.cp, 'checkpoint',
+                        lambda *args, **kwargs: calls.append(1) or checkpoint(*args, **kwargs))
+    x = torch.randn(2, 3, 64, 72, dtype=torch.float64)
+    state = TransCNN(TINY).double().state_dict()
+    results = []
+    for with_cp in (False, True):
+        model = TransCNN(TINY, with_cp=with_cp).double()
+        model.load_state_dict(state)
+        model.train()
+        outs = model(x)
+        sum(out.sum() for out in outs).backward()
+        results.append((outs, {n: p.grad for n, p in model.named_parameters()}))
+    assert len(calls) == sum(TINY['depths'])  # every block checkpointed, only with with_cp
+    (outs_a, grads_a), (outs_b, grads_b) = results
+    for a, b in zip(outs_a, outs_b):
+        assert torch.allclose(a, b, atol=1e-10)
+    for name in grads_a:
+        assert torch.allclose(grads_a[name], grads_b[name], atol=1e-10), name
+
+
+def test_drop_path_linear_and_official_init():
+    model = TransCNN(dict(TINY, depths=[2, 1, 1, 1]), drop_path_rate=.3)
+    rates = [getattr(b.drop_path, 'drop_prob', 0.) for s in model.stages for b in s.blocks]
+    assert rates == pytest.approx([0., .075, .15, .225, .3])
+    model = TransCNN(dict(TINY, embed_dims=[64, 128, 128, 128]))
+    model.init_weights()
+    qkv = model.stages[0].blocks[0].attn.qkv
+    assert qkv.weight.std().item() == pytest.approx(.02, rel=.1)
+    assert not qkv.bias.any()
+
+
+# --- errors ---------------------------------------------------------------------------------------
+def test_bad_input_and_config_errors(tiny_models):
+    model = tiny_models['official']
+    with pytest.raises(ValueError, match='3 input channels, got 1'):
+        model(torch.randn(1, 1, 64, 64))
+    with pytest.raises(ValueError, match='at least 32x32'):
+        model(torch.randn(1, 3, 31, 64))
+    with pytest.raises(ValueError, match='NCHW'):
+        model(torch.randn(3, 64, 64))
+    with pytest.raises(ValueError, match=r"unknown TransCNN arch 'huge'.*'base'.*'tiny'"):
+        TransCNN('huge')
+    with pytest.raises(ValueError, match=r"misses the keys \['ds_ratios'\]"):
+        TransCNN({k: v for k, v in TINY.items() if k != 'ds_ratios'})
+    with pytest.raises(ValueError, match='divisible by num_heads'):
+        TransCNN(dict(TINY, num_heads=[3, 2, 2, 4]))
+    with pytest.raises(ValueError, match='attn_mode'):
+        TransCNN(TINY, attn_mode='global')
+
+
+# --- MMPretrain classifier from the converted official checkpoint ---------------------------------
+def test_converted_classifier_reproduces_official_logits(tmp_path):
+    pytest.importorskip('mmpretrain')
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+    from mmpretrain.registry import MODELS
+
+    arch = TransCNN.arch_zoo['base']
+    sd = random_state_dict(official_shapes(arch), seed=3, dtype=torch.float32)
+    src, dst = tmp_path / 'TransCNN-Small.pth', tmp_path / 'converted.pth'
+    torch.save({'model': sd}, src)
+    run_tool('tools/model_converters/transcnn2mmhvit.py', str(src), str(dst), env=tool_env())
+
+    cfg = Config.fromfile(osp.join(REPO, 'configs', 'transcnn_b_in1k.py'))
+    init_default_scope('mmpretrain')
+    classifier = MODELS.build(cfg.model)
+    checkpoint = load_checkpoint(classifier, str(dst), map_location='cpu', strict=True)
+    assert checkpoint['meta']['arch'] == 'small'
+    classifier.eval()
+    x = torch.randn(2, 3, 128, 128)
+    with torch.no_grad():
+        logits = classifier(x, mode='tensor')
+        _, expected = reference_forward(
+            {k: v.double() if v.is_floating_point() else v for k, v in sd.items()}, x.double(),
+            arch)
+    assert_close(logits, expected.float(), 1e-5)

@@ -1,0 +1,475 @@
+"""Measure the backbones: params/FLOPs against the papers, speed against timm, cost against input size.
+
+    python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu]
+        [--families TransCNN NesT TNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
+        [--repeats 5] [--threads 2] [--out docs/benchmarks.md]
+
+Writes a Markdown page of tables (and PNG plots beside it) and prints progress while it runs.
+Sections:
+  params   params and FLOPs (with / without the attention matrix products) of every arch's
+           ImageNet classifier at its paper resolution, next to the official figures;
+  speed    forward latency of our NesT-T and TNT-S classifiers against timm's, same converted
+           weights, alternating A/B; TransCNN-B against the same net with global attention;
+  scaling  forward and forward+backward time and peak memory of each backbone (all four outputs)
+           against input size, next to a plain ViT-S/16;
+  gpu      the speed and scaling tables on the GPU at fp32 and bf16 autocast, plus RetinaNet
+           training throughput at 800x1333, batch 2 (only when CUDA is available).
+"""
+import argparse
+import copy
+import datetime
+import gc
+import os
+import os.path as osp
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+from mmhvit.utils import count_flops, count_params  # noqa: E402
+
+# Official figures (../shared/docs/REFERENCE.md; papers): params in M with a 1000-class head,
+# GFLOPs as the papers count them, ImageNet top-1.
+FAMILIES = {
+    'TransCNN': dict(
+        config='configs/transcnn_b_in1k.py', size=256, type='mmhvit.TransCNN',
+        archs={'tiny': (13.316, None, 80.4), 'small': (26.539, None, 83.1),
+               'medium': (48.323, None, 83.8), 'large': (80.033, None, 84.2)}),
+    'NesT': dict(
+        config='configs/nest_t_in1k.py', size=224, type='mmhvit.NesT',
+        archs={'tiny': (17.06, 5.8, 81.5), 'small': (38.35, 10.4, 83.3),
+               'base': (67.72, 17.9, 83.8)}),
+    'TNT': dict(
+        config='configs/tnt_s_in1k.py', size=224, type='mmhvit.TNT',
+        archs={'tiny': (6.1, 1.4, 73.9), 'small': (23.77, 5.2, 81.5),
+               'base': (65.43, 14.1, 82.9)}),
+}
+SCALING_SIZES = ('224x224', '448x448', '640x640', '800x1344', '1024x1024')
+SCALING_ARCHS = {'TransCNN': 'base', 'NesT': 'tiny', 'TNT': 'small'}
+
+
+def log(message: str) -> None:
+    print(f'[benchmark {time.strftime("%H:%M:%S")}] {message}', flush=True)
+
+
+# --- models ---------------------------------------------------------------------------------
+def classifier_config(family: str, arch) -> Config:
+    cfg = Config.fromfile(osp.join(REPO, FAMILIES[family]['config']))
+    cfg.model.backbone.arch = arch
+    cfg.model.backbone.pop('init_cfg', None)
+    return cfg
+
+
+def build_classifier(family: str, arch) -> nn.Module:
+    """The MMPretrain ImageClassifier of the ImageNet config, with ``arch`` and a matching head."""
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    cfg = classifier_config(family, arch)
+    backbone = MODELS.build(copy.deepcopy(cfg.model.backbone))
+    size = FAMILIES[family]['size']
+    with torch.no_grad():
+        feature = backbone(torch.zeros(1, 3, size, size))[-1]
+    cfg.model.head.in_channels = feature.shape[1]
+    model = MODELS.build(cfg.model).eval()
+    model.init_weights()
+    return model
+
+
+def build_backbone(family: str, arch, **overrides) -> nn.Module:
+    from mmhvit.registry import MODELS
+    return MODELS.build(dict(type=FAMILIES[family]['type'], arch=arch, **overrides))
+
+
+class TensorMode(nn.Module):
+    """An MMPretrain classifier as a plain image -> logits module."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x, mode='tensor')
+
+
+def timm_pair(family: str):
+    """(timm model, our classifier with timm's weights converted by our converter tool)."""
+    import importlib.util
+
+    import timm
+    name, tool = {'NesT': ('nest_tiny_jx', 'nest2mmhvit'),
+                  'TNT': ('tnt_s_patch16_224', 'tnt2mmhvit')}[family]
+    reference = timm.create_model(name, pretrained=False).eval()
+    spec = importlib.util.spec_from_file_location(
+        tool, osp.join(REPO, 'tools', 'model_converters', f'{tool}.py'))
+    converter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(converter)
+    ours = build_classifier(family, 'tiny' if family == 'NesT' else 'small')
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.save(reference.state_dict(), osp.join(tmp, 'timm.pth'))
+        converter.convert(osp.join(tmp, 'timm.pth'), osp.join(tmp, 'ours.pth'))
+        state = torch.load(osp.join(tmp, 'ours.pth'), map_location='cpu')['state_dict']
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f'converted {name} does not fit: {missing} {unexpected}')
+    return reference, TensorMode(ours).eval()
+
+
+class PlainViT(nn.Module):
+    """ViT-S/16 (timm) returning its stride-16 token map: the isotropic baseline for scaling."""
+
+    def __init__(self):
+        super().__init__()
+        import timm
+        self.vit = timm.create_model('vit_small_patch16_224', pretrained=False,
+                                     dynamic_img_size=True, dynamic_img_pad=True, num_classes=0)
+
+    def forward(self, x):
+        return self.vit.forward_features(x)
+
+
+# --- measuring ------------------------------------------------------------------------------
+def synchronize(device: str) -> None:
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+def median_time(fn: Callable, repeats: int, warmup: int, device: str) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def alternating_times(fns: List[Callable], repeats: int, warmup: int, device: str) -> List[float]:
+    """Median time of each function, run A, B, A, B... so drift hits both alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, bucket in zip(fns, times):
+            synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            bucket.append(time.perf_counter() - start)
+    return [statistics.median(bucket) for bucket in times]
+
+
+class PeakMemory:
+    """Peak memory of a block: CUDA allocator peak, or the process's resident peak on the CPU.
+
+    On Linux, writing 5 to /proc/self/clear_refs resets the resident-set high-water mark, so
+    the peak of each measurement is read without a fresh process.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+
+    @staticmethod
+    def _status(field: str) -> int:
+        with open('/proc/self/status') as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError(f'{field} not in /proc/self/status')
+
+    def __enter__(self):
+        gc.collect()
+        if self.device == 'cuda':
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            with open('/proc/self/clear_refs', 'w') as f:
+                f.write('5')
+            self.base = self._status('VmRSS:')
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == 'cuda':
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.peak = self._status('VmHWM:') - self.base
+
+
+# --- sections -------------------------------------------------------------------------------
+def section_params(args) -> List[str]:
+    rows = []
+    for family in args.families:
+        spec = FAMILIES[family]
+        size = spec['size']
+        for arch, (params_ref, flops_ref, top1) in spec['archs'].items():
+            if args.archs and arch not in args.archs:
+                continue
+            log(f'params/FLOPs: {family}-{arch} at {size}x{size}')
+            model = TensorMode(build_classifier(family, arch)).eval()
+            x = torch.zeros(1, 3, size, size)
+            with torch.no_grad():
+                flops = count_flops(model, (x, ), with_attention=False) / 1e9
+                flops_attn = count_flops(model, (x, ), with_attention=True) / 1e9
+            params = count_params(model) / 1e6
+            rows.append(f'| {family}-{arch} | {size} | {params:.3f} | {params_ref} | '
+                        f'{flops:.2f} | {flops_attn:.2f} | {flops_ref or "—"} | {top1} |')
+            del model
+    return [
+        '## Params and FLOPs of the ImageNet classifiers', '',
+        'FLOPs are multiply-adds of one image, counted by MMEngine\'s counter; "without attn" leaves '
+        'out the two matrix products of attention (QK^T and AV), as the official TransCNN figures '
+        'do; "with attn" counts them. Official figures from the papers (TransCNN publishes none '
+        'at 256 that we could confirm: "—").', '',
+        '| model | input | params (M) | official params (M) | GFLOPs without attn | '
+        'GFLOPs with attn | official GFLOPs | official top-1 |',
+        '|---|---|---|---|---|---|---|---|', *rows, ''
+    ]
+
+
+def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None) -> List[str]:
+    rows = []
+    autocast = (torch.autocast(device_type=device, dtype=dtype) if dtype else
+                torch.autocast(device_type=device, enabled=False))
+    for family in [f for f in ('NesT', 'TNT') if f in args.families]:
+        reference, ours = timm_pair(family)
+        reference, ours = reference.to(device), ours.to(device)
+        for batch in args.batches:
+            log(f'speed: {family} vs timm, batch {batch}, {device}, {dtype or "fp32"}')
+            x = torch.randn(batch, 3, 224, 224, device=device)
+            with torch.no_grad(), autocast:
+                diff = (ours(x).float() - reference(x).float()).abs().max().item()
+                t_ours, t_ref = alternating_times([lambda: ours(x), lambda: reference(x)],
+                                                  args.repeats, args.warmup, device)
+            rows.append(f'| {family}-{"T" if family == "NesT" else "S"} vs timm | {batch} | '
+                        f'{t_ours * 1e3:.1f} | {t_ref * 1e3:.1f} | {t_ours / t_ref:.2f} | '
+                        f'{diff:.1e} |')
+        del reference, ours
+    if 'TransCNN' in args.families:
+        arch = SCALING_ARCHS['TransCNN']
+        hmhsa = build_backbone('TransCNN', arch).eval().to(device)
+        # Grid 1 everywhere: every stage runs plain global attention (as TransCNN's stage 4).
+        settings = dict(hmhsa.arch_zoo[arch], grid_sizes=[1, 1, 1, 1])
+        plain = build_backbone('TransCNN', settings).eval().to(device)
+        for batch in args.batches:
+            log(f'speed: TransCNN H-MHSA vs global attention, batch {batch}, {device}')
+            x = torch.randn(batch, 3, 256, 256, device=device)
+            with torch.no_grad(), autocast:
+                t_ours, t_ref = alternating_times([lambda: hmhsa(x), lambda: plain(x)],
+                                                  args.repeats, args.warmup, device)
+            rows.append(f'| TransCNN-B (H-MHSA) vs global attention, 256 | {batch} | '
+                        f'{t_ours * 1e3:.1f} | {t_ref * 1e3:.1f} | {t_ours / t_ref:.2f} | — |')
+    title = f'{device.upper()}, {"bf16 autocast" if dtype else "fp32"}'
+    return [
+        f'## Speed against the reference ({title})', '',
+        f'Forward latency, median of {args.repeats} runs after {args.warmup} warm-up runs, the two '
+        'models alternating A/B; timm models carry our converter\'s input (same weights), and '
+        '"max abs diff" is the largest logit difference between them. Target: ours/reference '
+        '≤ 0.9.', '',
+        '| comparison | batch | ours (ms) | reference (ms) | ours / reference | max abs diff |',
+        '|---|---|---|---|---|---|', *rows, ''
+    ]
+
+
+def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None):
+    models: Dict[str, Callable[[], nn.Module]] = {
+        f'{family}-{SCALING_ARCHS[family]}': (lambda f=family: build_backbone(f, SCALING_ARCHS[f]))
+        for family in args.families
+    }
+    if args.with_vit:
+        models['ViT-S/16 (timm)'] = PlainViT
+    autocast = (torch.autocast(device_type=device, dtype=dtype) if dtype else
+                torch.autocast(device_type=device, enabled=False))
+    rows, points = [], {}
+    for name, make in models.items():
+        model = make().to(device)
+        for size in args.sizes:
+            height, width = (int(v) for v in size.split('x'))
+            log(f'scaling: {name} at {height}x{width}, {device}, {dtype or "fp32"}')
+            x = torch.randn(1, 3, height, width, device=device)
+
+            def forward():
+                with torch.no_grad(), autocast:
+                    model(x)
+
+            def forward_backward():
+                with autocast:
+                    out = model(x)
+                    out = out if isinstance(out, (tuple, list)) else [out]
+                    loss = sum(o.float().mean() for o in out)
+                loss.backward()
+
+            model.eval()
+            with PeakMemory(device) as mem_fwd:
+                t_fwd = median_time(forward, args.repeats, 1, device)
+            model.train()
+            with PeakMemory(device) as mem_bwd:
+                t_bwd = median_time(forward_backward, max(1, args.repeats // 2), 1, device)
+            model.zero_grad(set_to_none=True)
+            rows.append(f'| {name} | {height}x{width} | {t_fwd * 1e3:.0f} | {t_bwd * 1e3:.0f} | '
+                        f'{mem_fwd.peak / 2**20:.0f} | {mem_bwd.peak / 2**20:.0f} |')
+            points.setdefault(name, []).append((height * width, mem_bwd.peak / 2**20,
+                                                t_bwd * 1e3))
+        del model
+        gc.collect()
+    lines = [
+        f'## Cost against input size ({device.upper()}, {"bf16 autocast" if dtype else "fp32"})',
+        '',
+        'Batch 1, the backbones in multi-scale mode (all four outputs); ViT-S/16 is timm\'s, with '
+        'dynamic image size. Peak memory: ' +
+        ('the CUDA allocator\'s peak above the model.' if device == 'cuda' else
+         'the process\'s resident-set peak above its level before the step (Linux VmHWM).'),
+        'Linearity: the 1024² figure over the linear extrapolation from 224² '
+        '(1.0 = exactly linear in pixels; target ≤ 1.1 for TransCNN and NesT).', '',
+        '| backbone | input | forward (ms) | forward+backward (ms) | peak memory forward (MiB) | '
+        'peak memory forward+backward (MiB) |', '|---|---|---|---|---|---|', *rows, ''
+    ]
+    lines += linearity_table(points)
+    return lines, points
+
+
+def linearity_table(points) -> List[str]:
+    rows = []
+    for name, series in points.items():
+        (p0, m0, t0), (p1, m1, t1) = min(series), max(series)
+        if p1 == p0 or m0 <= 0:
+            continue
+        rows.append(f'| {name} | {m1 / (m0 * p1 / p0):.2f} | {t1 / (t0 * p1 / p0):.2f} |')
+    if not rows:
+        return []
+    return ['| backbone | memory: largest / linear extrapolation | time: largest / linear '
+            'extrapolation |', '|---|---|---|', *rows, '']
+
+
+def plot_scaling(points, out_png: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, series in points.items():
+        series = sorted(series)
+        pixels = [p / 1e6 for p, _, _ in series]
+        axes[0].plot(pixels, [m for _, m, _ in series], 'o-', label=name)
+        axes[1].plot(pixels, [t for _, _, t in series], 'o-', label=name)
+    for ax, label in zip(axes, ('peak memory, forward+backward (MiB)',
+                                'time, forward+backward (ms)')):
+        ax.set_xlabel('megapixels')
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def section_gpu_training(args) -> List[str]:
+    """RetinaNet training steps at 800x1333, batch 2, bf16 autocast, for each backbone."""
+    from mmdet.registry import MODELS
+    from mmdet.testing import demo_mm_inputs
+    import mmhvit  # noqa: F401
+    init_default_scope('mmdet')
+    rows = []
+    for family, name in (('TransCNN', 'transcnn_b'), ('NesT', 'nest_t'), ('TNT', 'tnt_s')):
+        if family not in args.families:
+            continue
+        cfg = Config.fromfile(osp.join(REPO, 'configs', f'retinanet_{name}_coco.py'))
+        cfg.model.backbone.pop('init_cfg', None)
+        model = MODELS.build(cfg.model).cuda().train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        data = demo_mm_inputs(2, [[3, 800, 1333]] * 2, num_items=[5, 5], num_classes=80)
+
+        def step():
+            batch = model.data_preprocessor(data, True)
+            with torch.autocast('cuda', dtype=torch.bfloat16):
+                losses = model(**batch, mode='loss')
+            loss, _ = model.parse_losses(losses)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        log(f'gpu: RetinaNet {family} training steps')
+        with PeakMemory('cuda') as mem:
+            seconds = median_time(step, args.repeats, 3, 'cuda')
+        rows.append(f'| RetinaNet + {family} | {2 / seconds:.1f} | {mem.peak / 2**30:.1f} |')
+        del model, optimizer
+    return ['## RetinaNet training throughput (GPU, bf16 autocast, 800x1333, batch 2)', '',
+            '| model | images / s | peak memory (GiB) |', '|---|---|---|', *rows, '']
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--sections', nargs='+', default=['params', 'speed', 'scaling', 'gpu'],
+                        choices=['params', 'speed', 'scaling', 'gpu'])
+    parser.add_argument('--families', nargs='+', default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument('--archs', nargs='+', help='only these arch names in the params section')
+    parser.add_argument('--sizes', nargs='+', default=list(SCALING_SIZES),
+                        help='HxW sizes of the scaling section')
+    parser.add_argument('--batches', nargs='+', type=int, default=[1, 8])
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--warmup', type=int, default=2)
+    parser.add_argument('--threads', type=int, default=2, help='CPU threads (fixed)')
+    parser.add_argument('--no-vit', dest='with_vit', action='store_false',
+                        help='leave the ViT-S/16 baseline out of the scaling section')
+    parser.add_argument('--out', default=osp.join(REPO, 'docs', 'benchmarks.md'))
+    args = parser.parse_args()
+    for size in args.sizes:
+        parts = size.split('x')
+        if len(parts) != 2 or not all(p.isdigit() and int(p) >= 32 for p in parts):
+            parser.error(f'--sizes takes HxW with H, W >= 32, got {size!r}')
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    stem = osp.splitext(args.out)[0]
+
+    cpu_name = platform.processor() or platform.machine()
+    lines = [
+        '# Benchmarks', '',
+        f'Measured {datetime.date.today().isoformat()} with `tools/analysis_tools/benchmark.py '
+        f'{" ".join(sys.argv[1:])}`: torch {torch.__version__}, {cpu_name}, '
+        f'{args.threads} CPU threads.', ''
+    ]
+    if 'params' in args.sections:
+        lines += section_params(args)
+    if 'speed' in args.sections:
+        lines += section_speed(args)
+    if 'scaling' in args.sections:
+        scaling, points = section_scaling(args)
+        plot_scaling(points, stem + '_scaling_cpu.png', 'CPU, fp32, batch 1')
+        lines += scaling + [f'![CPU scaling]({osp.basename(stem)}_scaling_cpu.png)', '']
+    if 'gpu' in args.sections:
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name()
+            lines += [f'# GPU: {gpu}', '']
+            for dtype in (None, torch.bfloat16):
+                lines += section_speed(args, 'cuda', dtype)
+                scaling, points = section_scaling(args, 'cuda', dtype)
+                tag = 'bf16' if dtype else 'fp32'
+                plot_scaling(points, f'{stem}_scaling_gpu_{tag}.png', f'{gpu}, {tag}, batch 1')
+                lines += scaling + [f'![GPU scaling]({osp.basename(stem)}_scaling_gpu_{tag}.png)',
+                                    '']
+            lines += section_gpu_training(args)
+        else:
+            lines += ['# GPU', '', 'Not measured: no GPU was available to the run that wrote this '
+                      'page. On a GPU machine, the same command adds fp32 and bf16 tables and '
+                      'RetinaNet training throughput here.', '']
+    with open(args.out, 'w') as f:
+        f.write('\n'.join(lines))
+    log(f'wrote {args.out}')
+
+
+if __name__ == '__main__':
+    main()

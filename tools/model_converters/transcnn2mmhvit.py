@@ -1,0 +1,45 @@
+"""Convert an official TransCNN checkpoint into an MMPretrain classifier checkpoint for mmhvit.
+
+    python tools/model_converters/transcnn2mmhvit.py SRC DST
+
+SRC: an official ``TransCNN-{Tiny,Small,Medium,Large}.pth`` (yun-liu/TransCNN releases), a
+bare state dict or ``{'model': ...}``. DST (``state_dict`` with ``backbone.*`` and ``head.fc.*``,
+plain ``meta``) loads into ``configs/transcnn_b_in1k.py`` and reproduces the official logits; for
+the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (printed below).
+"""
+import argparse
+import os.path as osp
+
+from mmhvit.models.backbones.transcnn import (convert_transcnn_checkpoint,
+                                              describe_transcnn_checkpoint, is_official_transcnn)
+from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
+
+
+def convert(src: str, dst: str) -> dict:
+    state_dict = read_state_dict(src)
+    if not is_official_transcnn(state_dict):
+        raise SystemExit(f'{src} does not have the official TransCNN layout (patch_embed.0, '
+                         f'blocks.*, ds2-4, classifier.1)')
+    converted = convert_transcnn_checkpoint(state_dict, with_head=True)
+    meta = dict(source=osp.basename(src), arch=describe_transcnn_checkpoint(converted),
+                converter='tools/model_converters/transcnn2mmhvit.py',
+                head_in_channels=int(converted['head.fc.weight'].shape[1]),
+                num_classes=int(converted['head.fc.weight'].shape[0]))
+    save_classifier_checkpoint(converted, dst, meta)
+    return meta
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description='official TransCNN -> mmhvit/MMPretrain checkpoint')
+    parser.add_argument('src', help='official TransCNN checkpoint (.pth)')
+    parser.add_argument('dst', help='output .pth')
+    args = parser.parse_args(argv)
+    meta = convert(args.src, args.dst)
+    print(f'{args.src} (TransCNN {meta["arch"]}) -> {args.dst}; config: configs/transcnn_b_in1k.py '
+          f'with model.backbone.arch={meta["arch"]!r}, '
+          f'model.head.in_channels={meta["head_in_channels"]}')
+
+
+if __name__ == '__main__':
+    main()
