@@ -308,7 +308,7 @@ def test_bad_input_and_bad_arch(tmp_path):
         model(torch.randn(3, 64, 64))
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'small'.*'tiny'"):
         NesT('huge')
-    with pytest.raises(ValueError, match=r"lacks \['num_heads'\]"):
+    with pytest.raises(ValueError, match=r"missing \['num_heads'\]"):
         NesT(dict(embed_dims=[8, 16, 32], depths=[1, 1, 1]))
     with pytest.raises(ValueError, match='3 values'):
         NesT(dict(embed_dims=[8, 16], depths=[1, 1], num_heads=[1, 1]))

@@ -496,9 +496,9 @@ def test_bad_input_and_config_errors(tiny_models):
         model(torch.randn(1, 3, 31, 64))
     with pytest.raises(ValueError, match='NCHW'):
         model(torch.randn(3, 64, 64))
-    with pytest.raises(ValueError, match=r"unknown TransCNN arch 'huge'.*'base'.*'tiny'"):
+    with pytest.raises(ValueError, match=r"TransCNN: unknown arch 'huge'.*'base'.*'tiny'"):
         TransCNN('huge')
-    with pytest.raises(ValueError, match=r"misses the keys \['ds_ratios'\]"):
+    with pytest.raises(ValueError, match=r"missing \['ds_ratios'\]"):
         TransCNN({k: v for k, v in TINY.items() if k != 'ds_ratios'})
     with pytest.raises(ValueError, match='divisible by num_heads'):
         TransCNN(dict(TINY, num_heads=[3, 2, 2, 4]))

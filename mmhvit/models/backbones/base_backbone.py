@@ -1,3 +1,4 @@
+import copy
 import warnings
 from typing import List, Optional, Sequence, Union
 
@@ -14,7 +15,8 @@ MIN_INPUT_SIZE = 32
 class HViTBackbone(BaseModule):
     """What the three backbones share: the OpenMMLab contract around their own layers.
 
-    Subclasses set ``self.arch_name``, call ``self._freeze_stages()`` at the end of ``__init__``, and
+    Subclasses define ``arch_zoo``, ``essential_keys`` and ``optional_keys`` (read by
+    ``parse_arch``), set ``self.arch_name``, call ``self._freeze_stages()`` at the end of ``__init__``, and
     implement ``stage_modules`` (module lists for the stem and
     each of the ``num_stages`` stages, for ``frozen_stages``), ``convert_checkpoint`` (official
     layouts -> ours; our own keys pass through) and ``describe_checkpoint`` (the arch a state dict
@@ -32,6 +34,9 @@ class HViTBackbone(BaseModule):
     """
 
     num_outputs = 4
+    arch_zoo: dict = {}
+    essential_keys: tuple = ()
+    optional_keys: dict = {}  # custom-arch keys that may be left out, with their defaults
 
     def __init__(self,
                  in_channels: int = 3,
@@ -76,6 +81,32 @@ class HViTBackbone(BaseModule):
         return False
 
     # --- shared behaviour ---------------------------------------------------------------------
+    @classmethod
+    def parse_arch(cls, arch: Union[str, dict]) -> dict:
+        """A fresh settings dict for a zoo name (case-insensitive) or a custom arch dict.
+
+        A custom dict must hold every ``essential_keys`` entry and nothing outside those and
+        ``optional_keys``, whose defaults fill what it leaves out.
+        """
+        name = cls.__name__
+        allowed = f'{list(cls.essential_keys)} (optional: {list(cls.optional_keys)})'
+        if isinstance(arch, str):
+            if arch.lower() not in cls.arch_zoo:
+                raise ValueError(f'{name}: unknown arch {arch!r}; valid names: '
+                                 f'{sorted(cls.arch_zoo)}, or a dict with the keys {allowed}')
+            arch = cls.arch_zoo[arch.lower()]
+        elif isinstance(arch, dict):
+            missing = [k for k in cls.essential_keys if k not in arch]
+            unknown = sorted(set(arch) - set(cls.essential_keys) - set(cls.optional_keys))
+            if missing or unknown:
+                raise ValueError(f'{name}: a custom arch dict needs the keys {allowed}; missing '
+                                 f'{missing}, unknown {unknown}')
+        else:
+            raise TypeError(f'{name}: arch must be a str or a dict, got {type(arch).__name__}')
+        settings = copy.deepcopy(dict(cls.optional_keys))
+        settings.update(copy.deepcopy(arch))
+        return settings
+
     def check_input(self, x: torch.Tensor) -> None:
         """One clear error for an input this backbone cannot take."""
         if x.dim() != 4:

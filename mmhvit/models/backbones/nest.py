@@ -18,8 +18,9 @@ from mmengine.logging import print_log
 from mmengine.model.weight_init import trunc_normal_
 
 from mmhvit.registry import register_backbone
-from ..layers import (Mlp, multihead_attention, pad_nchw, pad_nhwc, padding_to_multiple,
-                      resize_pos_map, window_key_mask, window_partition, window_reverse)
+from ..layers import (LayerNorm2d, Mlp, multihead_attention, pad_nchw, pad_nhwc,
+                      padding_to_multiple, resize_pos_map, window_key_mask, window_partition,
+                      window_reverse)
 from .base_backbone import HViTBackbone
 
 POOL_PADDINGS = ('same', 'symmetric')
@@ -88,7 +89,7 @@ class BlockAggregation(nn.Module):
         super().__init__()
         self.padding = padding
         self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
-        self.norm = nn.LayerNorm(out_channels, eps=1e-6)
+        self.norm = LayerNorm2d(out_channels, eps=1e-6)
 
     @staticmethod
     def _same_pad(size: int) -> Tuple[int, int]:
@@ -96,8 +97,7 @@ class BlockAggregation(nn.Module):
         return total // 2, total - total // 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.conv(x)
-        x = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        x = self.norm(self.conv(x))
         if self.padding == 'symmetric':
             return F.max_pool2d(x, 3, 2, padding=1)
         top, bottom = self._same_pad(x.shape[-2])
@@ -264,8 +264,8 @@ class NesT(HViTBackbone):
             'drop_path_rate': 0.5
         }),
     }
-    _essential_keys = ('embed_dims', 'depths', 'num_heads')
-    _arch_defaults = dict(block_size=14, patch_size=4, mlp_ratio=4., drop_path_rate=0.1)
+    essential_keys = ('embed_dims', 'depths', 'num_heads')
+    optional_keys = dict(block_size=14, patch_size=4, mlp_ratio=4., drop_path_rate=0.1)
     num_levels = 3
 
     def __init__(self,
@@ -358,30 +358,16 @@ class NesT(HViTBackbone):
 
     # --- construction helpers -----------------------------------------------------------------
     def _parse_arch(self, arch: Union[str, dict]) -> dict:
+        cfg = self.parse_arch(arch)
         if isinstance(arch, str):
             key = arch.lower()
-            if key not in self.arch_zoo:
-                raise ValueError(f'NesT: unknown arch {arch!r}; valid archs are '
-                                 f'{sorted(set(self.arch_zoo))} or a dict with keys '
-                                 f'{list(self._essential_keys)}')
             self.arch_name = {'t': 'tiny', 's': 'small', 'b': 'base'}.get(key, key)
-            cfg = dict(self.arch_zoo[key])
-        elif isinstance(arch, dict):
-            missing = [k for k in self._essential_keys if k not in arch]
-            if missing:
-                raise ValueError(f'NesT: custom arch dict lacks {missing}; it needs '
-                                 f'{list(self._essential_keys)} (optional: '
-                                 f'{list(self._arch_defaults)})')
-            cfg = dict(arch)
-            self.arch_name = f'custom(dims={list(cfg["embed_dims"])}, depths={list(cfg["depths"])})'
         else:
-            raise TypeError(f'NesT: arch must be a str or a dict, got {type(arch).__name__}')
-        for key in self._essential_keys:
+            self.arch_name = f'custom(dims={list(cfg["embed_dims"])}, depths={list(cfg["depths"])})'
+        for key in self.essential_keys:
             if len(cfg[key]) != self.num_levels:
                 raise ValueError(f'NesT: arch {key} needs {self.num_levels} values (one per '
                                  f'level), got {cfg[key]}')
-        for key, value in self._arch_defaults.items():
-            cfg.setdefault(key, value)
         return cfg
 
     def _init_nest_weights(self) -> None:

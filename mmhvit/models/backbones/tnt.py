@@ -374,25 +374,7 @@ class TNT(HViTBackbone):
 
     # --- construction -------------------------------------------------------------------------
     def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            key = arch.lower()
-            if key not in self.arch_zoo:
-                raise ValueError(f'TNT: unknown arch {arch!r}; valid names: '
-                                 f'{sorted(self.arch_zoo)}, or a dict with keys '
-                                 f'{list(self.essential_keys)}')
-            settings = dict(self.arch_zoo[key])
-        elif isinstance(arch, dict):
-            missing = [k for k in self.essential_keys if k not in arch]
-            unknown = sorted(set(arch) - set(self.essential_keys) - set(self.optional_keys))
-            if missing or unknown:
-                raise ValueError(f'TNT: a custom arch dict needs keys {list(self.essential_keys)} '
-                                 f'(optional: {list(self.optional_keys)}); missing {missing}, '
-                                 f'unknown {unknown}')
-            settings = dict(arch)
-        else:
-            raise TypeError(f'TNT: arch must be a str or a dict, got {type(arch).__name__}')
-        for key, default in self.optional_keys.items():
-            settings.setdefault(key, default)
+        settings = self.parse_arch(arch)
         for dim, heads in (('embed_dims_inner', 'num_heads_inner'),
                            ('embed_dims_outer', 'num_heads_outer')):
             if settings[dim] % settings[heads]:

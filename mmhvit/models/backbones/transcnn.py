@@ -262,7 +262,6 @@ class TransCNN(HViTBackbone):
             checkpoints are converted on load. None: the official initialisation.
     """
 
-    _kernels = [5, 3, 5, 3]
     arch_zoo = {
         'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 4, 2], num_heads=[1, 2, 4, 8],
                      expansions=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
@@ -279,6 +278,7 @@ class TransCNN(HViTBackbone):
     }
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'expansions', 'grid_sizes',
                       'ds_ratios')
+    optional_keys = {'kernel_sizes': [5, 3, 5, 3]}  # depthwise kernels of the IRBs
     attn_modes = ('official', 'iterative')
     stem_channels = 16
 
@@ -332,20 +332,7 @@ class TransCNN(HViTBackbone):
         self._freeze_stages()
 
     def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            if arch.lower() not in self.arch_zoo:
-                raise ValueError(f'unknown TransCNN arch {arch!r}; valid names: '
-                                 f'{sorted(self.arch_zoo)}, or a dict with the keys '
-                                 f'{self.essential_keys}')
-            arch = self.arch_zoo[arch.lower()]
-        if not isinstance(arch, dict):
-            raise TypeError(f'arch must be a str or a dict, got {type(arch).__name__}')
-        missing = [k for k in self.essential_keys if k not in arch]
-        if missing:
-            raise ValueError(f'custom TransCNN arch misses the keys {missing}; it needs '
-                             f'{self.essential_keys} (and optionally kernel_sizes)')
-        settings = {k: list(arch[k]) for k in self.essential_keys}
-        settings['kernel_sizes'] = list(arch.get('kernel_sizes', self._kernels))
+        settings = {k: list(v) for k, v in self.parse_arch(arch).items()}
         for key, values in settings.items():
             if len(values) != self.num_outputs:
                 raise ValueError(f'arch {key} needs {self.num_outputs} values (one per stage), '

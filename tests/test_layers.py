@@ -1,0 +1,56 @@
+"""The shared pieces under mmhvit/models/layers and the backbone base."""
+import pytest
+import torch
+
+from mmhvit.models.backbones import NesT, TNT, TransCNN
+from mmhvit.models.layers import (SimplePyramid, multihead_attention, window_key_mask,
+                                  window_partition, window_reverse)
+
+
+def test_window_partition_round_trip_and_order():
+    x = torch.arange(2 * 4 * 6 * 3, dtype=torch.float32).view(2, 4, 6, 3)
+    windows = window_partition(x, 2, 3)
+    assert windows.shape == (2 * 2 * 2, 6, 3)
+    # the second window of the first image is rows 0-1, columns 3-5, row-major
+    assert torch.equal(windows[1], x[0, 0:2, 3:6].reshape(6, 3))
+    assert torch.equal(window_reverse(windows, 2, 3, 4, 6), x)
+
+
+def test_masked_attention_equals_attention_without_padded_keys():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 5, 8) for _ in range(3))
+    mask = torch.tensor([[True, True, True, False, False]])  # one group, shared by the batch
+    masked = multihead_attention(q, k, v, num_heads=2, key_mask=mask)
+    reference = multihead_attention(q, k[:, :3], v[:, :3], num_heads=2)
+    torch.testing.assert_close(masked, reference)
+    # a group with no real key stays finite (its queries are padding and get discarded)
+    empty = multihead_attention(q, k, v, num_heads=2, key_mask=torch.zeros(1, 5, dtype=bool))
+    assert torch.isfinite(empty).all()
+
+
+def test_window_key_mask_marks_padding():
+    assert window_key_mask(4, 4, 0, 0, 2, 2, torch.device('cpu')) is None
+    mask = window_key_mask(3, 3, 1, 1, 2, 2, torch.device('cpu'))
+    assert mask.shape == (4, 4)
+    assert mask.sum() == 9 and mask[0].all() and mask[3].tolist() == [True, False, False, False]
+
+
+def test_simple_pyramid_scales():
+    pyramid = SimplePyramid(8, rescales=(4, 2, 1, 0.5))
+    maps = pyramid([torch.randn(1, 8, 5, 7)] * 4)
+    assert [tuple(m.shape[-2:]) for m in maps] == [(20, 28), (10, 14), (5, 7), (3, 4)]
+    with pytest.raises(ValueError, match='scale 3'):
+        SimplePyramid(8, rescales=(3, ))
+
+
+@pytest.mark.parametrize('cls', [TransCNN, NesT, TNT])
+def test_arch_parsing_is_shared_and_strict(cls):
+    name = next(iter(cls.arch_zoo))
+    assert cls.parse_arch(name.upper()) == {**cls.optional_keys, **cls.arch_zoo[name]}
+    settings = cls.parse_arch(name)
+    settings[cls.essential_keys[0]] = None  # a fresh copy: the zoo is untouched
+    assert cls.arch_zoo[name][cls.essential_keys[0]] is not None
+    with pytest.raises(ValueError, match=r"unknown \['embed_dim'\]"):
+        cls.parse_arch({**cls.arch_zoo[name], 'embed_dim': 3})
+    with pytest.raises(TypeError, match='str or a dict'):
+        cls.parse_arch(3)
