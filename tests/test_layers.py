@@ -54,3 +54,15 @@ def test_arch_parsing_is_shared_and_strict(cls):
         cls.parse_arch({**cls.arch_zoo[name], 'embed_dim': 3})
     with pytest.raises(TypeError, match='str or a dict'):
         cls.parse_arch(3)
+
+
+@pytest.mark.parametrize('keys', [16, 65])  # the short-sequence path and SDPA
+def test_attention_paths_agree_with_sdpa(keys):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(6, 10, 12), torch.randn(6, keys, 12), torch.randn(6, keys, 12)
+    mask = torch.rand(3, keys) > 0.3
+    out = multihead_attention(q, k, v, num_heads=3, key_mask=mask, scale=0.3)
+    heads = [t.view(6, -1, 3, 4).transpose(1, 2) for t in (q, k, v)]
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        *heads, attn_mask=mask.repeat(2, 1)[:, None, None, :], scale=0.3)
+    torch.testing.assert_close(out, reference.transpose(1, 2).reshape(6, 10, 12))

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from mmcv.cnn.bricks import DropPath
 from mmengine.model.weight_init import trunc_normal_
@@ -53,8 +54,11 @@ class TNTAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         # qk holds [q | k], each head-major: the official reshape (B, N, 2, heads, head_dim).
-        q, k = self.qk(x).chunk(2, dim=-1)
-        out = multihead_attention(q, k, self.v(x), self.num_heads, key_mask=key_mask,
+        # One GEMM for q, k and v reads the tokens once (TNT's word batches are long and thin).
+        weight = torch.cat([self.qk.weight, self.v.weight])
+        bias = None if self.qk.bias is None else torch.cat([self.qk.bias, self.v.bias])
+        q, k, v = F.linear(x, weight, bias).chunk(3, dim=-1)
+        out = multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
                                   dropout_p=self.attn_drop if self.training else 0.)
         return self.proj_drop(self.proj(out))
 
