@@ -2,7 +2,7 @@
 # README command (1): set up, generate the bundled shapes data, train a RetinaNet with a TransCNN
 # backbone through tools/train.py, evaluate it with the COCO metric through tools/test.py, draw its
 # predictions on val images and plot the loss curve.
-#   CONFIG=configs/quickstart/mask-rcnn_transcnn-q_12e_shapes.py bash tools/quickstart.sh
+#   CONFIG=configs/quickstart/mask-rcnn_transcnn-q_8e_shapes.py bash tools/quickstart.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
