@@ -125,3 +125,13 @@ def test_backbone_drops_into_mmdet_shipped_retinanet(name):
     data = model.data_preprocessor(make_batch('mmdet', cfg, 128, 160), True)
     losses = model(**data, mode='loss')
     assert torch.isfinite(model.parse_losses(losses)[0])
+
+
+def test_model_index_lists_every_top_level_config():
+    import yaml
+    index = yaml.safe_load(open(osp.join(REPO, 'model-index.yml')))
+    listed = set()
+    for meta in index['Import']:
+        listed |= {m['Config'] for m in yaml.safe_load(open(osp.join(REPO, meta)))['Models']}
+    top_level = {c for c in CONFIGS if osp.dirname(c) == 'configs'}
+    assert listed == top_level

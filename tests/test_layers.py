@@ -66,3 +66,15 @@ def test_attention_paths_agree_with_sdpa(keys):
     reference = torch.nn.functional.scaled_dot_product_attention(
         *heads, attn_mask=mask.repeat(2, 1)[:, None, None, :], scale=0.3)
     torch.testing.assert_close(out, reference.transpose(1, 2).reshape(6, 10, 12))
+
+
+def test_flop_count_separates_attention_products():
+    from mmhvit.utils import count_flops
+
+    class Attend(torch.nn.Module):
+        def forward(self, x):  # 16 keys: the CPU would take the short-sequence matmul path
+            return multihead_attention(x, x, x, num_heads=2)
+
+    x = torch.randn(3, 16, 8)
+    assert count_flops(Attend(), (x, ), with_attention=False) == 0
+    assert count_flops(Attend(), (x, ), with_attention=True) == 3 * 2 * 16 * 16 * (4 + 4)

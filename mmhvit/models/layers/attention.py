@@ -1,4 +1,5 @@
 """Multi-head attention on token groups (windows, blocks, whole images) through SDPA."""
+import contextlib
 from typing import Optional
 
 import torch
@@ -8,6 +9,19 @@ import torch.nn.functional as F
 # TransCNN's 8x8 windows: 1.2-1.6x faster on x86 with torch 2.14; measured by
 # tools/analysis_tools/benchmark.py). GPUs always take SDPA's fused kernels.
 CPU_SHORT_SEQUENCE = 64
+_short_sequence_path = True
+
+
+@contextlib.contextmanager
+def sdpa_only():
+    """Route every attention through ``scaled_dot_product_attention`` (one op a FLOP counter can
+    recognise and count or leave out as a whole)."""
+    global _short_sequence_path
+    previous, _short_sequence_path = _short_sequence_path, False
+    try:
+        yield
+    finally:
+        _short_sequence_path = previous
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -53,7 +67,7 @@ def multihead_attention(q: torch.Tensor,
         groups = key_mask.shape[0]
         attn_mask = key_mask[:, None, None, :].repeat(q.shape[0] // groups, 1, 1, 1)
     q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
-    if q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE:
+    if _short_sequence_path and q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE:
         out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p)
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
