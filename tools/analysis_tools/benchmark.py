@@ -173,17 +173,18 @@ def alternating_times(fns: List[Callable], repeats: int, warmup: int, device: st
 
 
 class PeakMemory:
-    """Peak memory of a block: CUDA allocator peak, or the process's resident peak on the CPU.
+    """Peak memory of a block above its start: the CUDA allocator's peak, or on the CPU the
+    process's resident-set high-water mark (Linux VmHWM).
 
-    On Linux, writing 5 to /proc/self/clear_refs resets the resident-set high-water mark, so
-    the peak of each measurement is read without a fresh process.
+    The CPU figure only means something in a fresh process (freed memory stays resident and is
+    reused), so CPU measurements run in a subprocess each (:func:`cpu_peak_memory`).
     """
 
     def __init__(self, device: str):
         self.device = device
 
     @staticmethod
-    def _status(field: str) -> int:
+    def status(field: str) -> int:
         with open('/proc/self/status') as f:
             for line in f:
                 if line.startswith(field):
@@ -197,16 +198,66 @@ class PeakMemory:
             torch.cuda.reset_peak_memory_stats()
             self.base = torch.cuda.memory_allocated()
         else:
-            with open('/proc/self/clear_refs', 'w') as f:
-                f.write('5')
-            self.base = self._status('VmRSS:')
+            self.base = self.status('VmRSS:')
         return self
 
     def __exit__(self, *exc):
         if self.device == 'cuda':
             self.peak = torch.cuda.max_memory_allocated() - self.base
         else:
-            self.peak = self._status('VmHWM:') - self.base
+            self.peak = self.status('VmHWM:') - self.base
+
+
+def scaling_models(families) -> Dict[str, Callable[[], nn.Module]]:
+    models = {
+        f'{family}-{SCALING_ARCHS[family]}': (lambda f=family: build_backbone(f, SCALING_ARCHS[f]))
+        for family in families
+    }
+    models['ViT-S/16 (timm)'] = PlainViT
+    return models
+
+
+def step_functions(model: nn.Module, x: torch.Tensor, autocast):
+
+    def forward():
+        with torch.no_grad(), autocast:
+            model(x)
+
+    def forward_backward():
+        with autocast:
+            out = model(x)
+            out = out if isinstance(out, (tuple, list)) else [out]
+            loss = sum(o.float().mean() for o in out)
+        loss.backward()
+
+    return forward, forward_backward
+
+
+def memory_probe(name: str, size: str) -> None:
+    """Subprocess entry: print the CPU peak memory (bytes) of one forward and one training step."""
+    import json
+    torch.manual_seed(0)
+    model = scaling_models(FAMILIES)[name]()
+    height, width = (int(v) for v in size.split('x'))
+    x = torch.randn(1, 3, height, width)
+    forward, forward_backward = step_functions(model, x, torch.autocast('cpu', enabled=False))
+    model.eval()
+    with PeakMemory('cpu') as mem_fwd:
+        forward()
+    model.train()
+    with PeakMemory('cpu') as mem_bwd:  # VmHWM never drops: this reads max(forward, training)
+        forward_backward()
+    print(json.dumps(dict(forward=mem_fwd.peak, forward_backward=mem_bwd.peak)))
+
+
+def cpu_peak_memory(name: str, size: str, threads: int):
+    import json
+    import subprocess
+    proc = subprocess.run(
+        [sys.executable, osp.abspath(__file__), '--memory-probe', name, size, '--threads',
+         str(threads)], capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result['forward'], result['forward_backward']
 
 
 # --- sections -------------------------------------------------------------------------------
@@ -285,12 +336,9 @@ def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None
 
 
 def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None):
-    models: Dict[str, Callable[[], nn.Module]] = {
-        f'{family}-{SCALING_ARCHS[family]}': (lambda f=family: build_backbone(f, SCALING_ARCHS[f]))
-        for family in args.families
-    }
-    if args.with_vit:
-        models['ViT-S/16 (timm)'] = PlainViT
+    models = scaling_models(args.families)
+    if not args.with_vit:
+        models.pop('ViT-S/16 (timm)')
     autocast = (torch.autocast(device_type=device, dtype=dtype) if dtype else
                 torch.autocast(device_type=device, enabled=False))
     rows, points = [], {}
@@ -300,18 +348,7 @@ def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = No
             height, width = (int(v) for v in size.split('x'))
             log(f'scaling: {name} at {height}x{width}, {device}, {dtype or "fp32"}')
             x = torch.randn(1, 3, height, width, device=device)
-
-            def forward():
-                with torch.no_grad(), autocast:
-                    model(x)
-
-            def forward_backward():
-                with autocast:
-                    out = model(x)
-                    out = out if isinstance(out, (tuple, list)) else [out]
-                    loss = sum(o.float().mean() for o in out)
-                loss.backward()
-
+            forward, forward_backward = step_functions(model, x, autocast)
             model.eval()
             with PeakMemory(device) as mem_fwd:
                 t_fwd = median_time(forward, args.repeats, 1, device)
@@ -319,10 +356,11 @@ def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = No
             with PeakMemory(device) as mem_bwd:
                 t_bwd = median_time(forward_backward, max(1, args.repeats // 2), 1, device)
             model.zero_grad(set_to_none=True)
+            peaks = ((mem_fwd.peak, mem_bwd.peak) if device == 'cuda' else
+                     cpu_peak_memory(name, size, args.threads))
             rows.append(f'| {name} | {height}x{width} | {t_fwd * 1e3:.0f} | {t_bwd * 1e3:.0f} | '
-                        f'{mem_fwd.peak / 2**20:.0f} | {mem_bwd.peak / 2**20:.0f} |')
-            points.setdefault(name, []).append((height * width, mem_bwd.peak / 2**20,
-                                                t_bwd * 1e3))
+                        f'{peaks[0] / 2**20:.0f} | {peaks[1] / 2**20:.0f} |')
+            points.setdefault(name, []).append((height * width, peaks[1] / 2**20, t_bwd * 1e3))
         del model
         gc.collect()
     lines = [
@@ -331,7 +369,8 @@ def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = No
         'Batch 1, the backbones in multi-scale mode (all four outputs); ViT-S/16 is timm\'s, with '
         'dynamic image size. Peak memory: ' +
         ('the CUDA allocator\'s peak above the model.' if device == 'cuda' else
-         'the process\'s resident-set peak above its level before the step (Linux VmHWM).'),
+         'the resident-set peak (Linux VmHWM) of a fresh process above its level with the model '
+         'built; forward+backward is the peak of one training step.'),
         'Linearity: the 1024² figure over the linear extrapolation from 224² '
         '(1.0 = exactly linear in pixels; target ≤ 1.1 for TransCNN and NesT).', '',
         '| backbone | input | forward (ms) | forward+backward (ms) | peak memory forward (MiB) | '
@@ -425,7 +464,13 @@ def main():
     parser.add_argument('--no-vit', dest='with_vit', action='store_false',
                         help='leave the ViT-S/16 baseline out of the scaling section')
     parser.add_argument('--out', default=osp.join(REPO, 'docs', 'benchmarks.md'))
+    parser.add_argument('--memory-probe', nargs=2, metavar=('MODEL', 'HxW'),
+                        help=argparse.SUPPRESS)  # internal: one CPU memory measurement
     args = parser.parse_args()
+    if args.memory_probe:
+        torch.set_num_threads(args.threads)
+        memory_probe(*args.memory_probe)
+        return
     for size in args.sizes:
         parts = size.split('x')
         if len(parts) != 2 or not all(p.isdigit() and int(p) >= 32 for p in parts):
