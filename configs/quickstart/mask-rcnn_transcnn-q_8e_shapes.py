@@ -1,18 +1,12 @@
 # Quickstart: Mask R-CNN with a small TransCNN, trained from scratch on the bundled shapes data on CPU.
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
-    './shapes_detection.py',
-    'mmdet::_base_/schedules/schedule_1x.py',
-    'mmdet::_base_/default_runtime.py',
+    './_shapes_cpu.py',
 ]
-custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
-
-transcnn_q = dict(embed_dims=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 4],
-                  expansions=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1])
 channels = 64
 model = dict(
     data_preprocessor=dict(pad_size_divisor=32),
-    backbone=dict(_delete_=True, type='mmhvit.TransCNN', arch=transcnn_q, drop_path_rate=0.),
+    backbone=dict(_delete_=True, type='mmhvit.TransCNN', arch={{_base_.transcnn_q}}, drop_path_rate=0.),
     neck=dict(in_channels=[32, 64, 128, 256], out_channels=channels),
     rpn_head=dict(in_channels=channels, feat_channels=channels),
     roi_head=dict(
@@ -45,18 +39,6 @@ test_dataloader = val_dataloader
 val_evaluator = dict(metric=['bbox', 'segm'])
 test_evaluator = val_evaluator
 
-max_epochs = 8
-train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
-    dict(type='CosineAnnealingLR', T_max=max_epochs, eta_min_ratio=0.05, by_epoch=True, begin=0,
-         end=max_epochs, convert_to_iter_based=True)
-]
-optim_wrapper = dict(
-    _delete_=True, type='OptimWrapper', clip_grad=dict(max_norm=10.),
-    optimizer=dict(type='AdamW', lr=1.5e-3, weight_decay=0.05),
-    paramwise_cfg=dict(norm_decay_mult=0.))
-default_hooks = dict(logger=dict(interval=10),
-                     checkpoint=dict(interval=max_epochs, max_keep_ckpts=1))
-auto_scale_lr = dict(base_batch_size=8)
+train_cfg = dict(max_epochs=8, val_interval=8)
+optim_wrapper = dict(optimizer=dict(lr=1.5e-3))
 work_dir = './work_dirs/mask-rcnn_transcnn-q_8e_shapes'
