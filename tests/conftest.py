@@ -19,9 +19,9 @@ def run_tool(*args, timeout=600, env=None, check=True):
 
 @pytest.fixture(scope='session')
 def tiny_shapes(tmp_path_factory):
-    """A tiny generated COCO-format shapes dataset (8 train, 4 val images)."""
+    """A tiny generated shapes dataset, every layout (8 train, 4 val scenes)."""
     out = tmp_path_factory.mktemp('data') / 'shapes'
-    run_tool('tools/dataset_converters/make_shapes_coco.py', '--out', str(out), '--train', '8',
+    run_tool('tools/dataset_converters/make_shapes.py', '--out', str(out), '--train', '8',
              '--val', '4', '--seed', '1')
     return out
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import run_tool
 from PIL import Image
 
-GENERATOR = 'tools/dataset_converters/make_shapes_coco.py'
+GENERATOR = 'tools/dataset_converters/make_shapes.py'
 
 
 def digest(folder):
@@ -46,7 +46,7 @@ def test_annotations_are_valid_coco(tiny_shapes, split):
     assert len(coco.getAnnIds()) >= len(coco.getImgIds())
     for image_id in coco.getImgIds():
         info = coco.loadImgs(image_id)[0]
-        image = Image.open(tiny_shapes / split / info['file_name'])
+        image = Image.open(tiny_shapes / 'img_dir' / split / info['file_name'])
         assert image.size == (info['width'], info['height'])
         assert 128 <= min(image.size) and max(image.size) <= 256
         for ann in coco.loadAnns(coco.getAnnIds(imgIds=image_id)):

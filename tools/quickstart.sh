@@ -1,35 +1,55 @@
 #!/usr/bin/env bash
-# README command (1): set up, generate the bundled shapes data, train a RetinaNet with a TransCNN
-# backbone through tools/train.py, evaluate it with the COCO metric through tools/test.py, draw its
-# predictions on val images and plot the loss curve.
-#   CONFIG=configs/quickstart/mask-rcnn_transcnn-q_8e_shapes.py bash tools/quickstart.sh
+# README command (1): set up, generate the bundled shapes data, train a quickstart config through
+# tools/train.py, evaluate it with its task's metric through tools/test.py, draw its predictions on
+# the val images, plot the loss curve and print the metric.
+#
+#   bash tools/quickstart.sh                                 # RetinaNet + TransCNN (the default)
+#   TASK=seg BACKBONE=nest bash tools/quickstart.sh          # any task x backbone pair
+#   CONFIG=configs/quickstart/mask-rcnn_tnt-q_8e_shapes.py bash tools/quickstart.sh
+#
+# TASK: det (RetinaNet), ins (Mask R-CNN), seg (UperNet), cls (ImageClassifier).
+# BACKBONE: transcnn, nest, tnt (CPU-sized variants of ours) or r18 (the library's ResNet-18).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+
+if [ -z "${CONFIG:-}" ]; then
+    TASK="${TASK:-det}"
+    BACKBONE="${BACKBONE:-transcnn}"
+    case "$TASK" in
+        det) ALGO=retinanet ;;
+        ins) ALGO=mask-rcnn ;;
+        seg) ALGO=upernet ;;
+        cls) ALGO=classifier ;;
+        *) echo "TASK must be one of det, ins, seg, cls (got '$TASK')" >&2; exit 2 ;;
+    esac
+    case "$BACKBONE" in
+        transcnn | nest | tnt) PATTERN="${ALGO}_${BACKBONE}-q_*_shapes.py" ;;
+        r18) PATTERN="${ALGO}_r18_*_shapes.py" ;;
+        *) echo "BACKBONE must be one of transcnn, nest, tnt, r18 (got '$BACKBONE')" >&2; exit 2 ;;
+    esac
+    CONFIG="$(ls configs/quickstart/$PATTERN)"
+elif [ -n "${TASK:-}${BACKBONE:-}" ]; then
+    echo "set either CONFIG or TASK/BACKBONE, not both" >&2
+    exit 2
+fi
+if [ ! -f "$CONFIG" ]; then
+    echo "no such config: $CONFIG" >&2
+    exit 2
+fi
+
 bash tools/setup_env.sh
 PY="${MMHVIT_VENV:-$ROOT/.venv}/bin/python"
-CONFIG="${CONFIG:-configs/quickstart/retinanet_transcnn-q_12e_shapes.py}"
 NAME="$(basename "$CONFIG" .py)"
-WORK_DIR="work_dirs/$NAME"
+WORK_DIR="${WORK_DIR:-work_dirs/$NAME}"
 start=$(date +%s)
 
-"$PY" tools/dataset_converters/make_shapes_coco.py --out data/shapes
+"$PY" tools/dataset_converters/make_shapes.py --out data/shapes
 "$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR"
 CKPT="$(cat "$WORK_DIR/last_checkpoint")"
 "$PY" tools/test.py "$CONFIG" "$CKPT" --work-dir "$WORK_DIR" --show-dir vis \
     --metrics-out "$WORK_DIR/metrics.json"
 "$PY" tools/analysis_tools/plot_loss.py "$WORK_DIR" --out "$WORK_DIR/loss_curve.png"
+echo "$(( $(date +%s) - start ))" > "$WORK_DIR/wall_seconds"
 
-"$PY" - "$WORK_DIR" "$start" <<'PYEOF'
-import glob, json, os.path as osp, sys, time
-work_dir, start = sys.argv[1], int(sys.argv[2])
-metrics = json.load(open(osp.join(work_dir, 'metrics.json')))
-vis = sorted(glob.glob(osp.join(work_dir, '*', 'vis', '*.png')))
-print('\n==== quickstart done in %.1f min ====' % ((time.time() - start) / 60))
-for key in ('coco/bbox_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP', 'coco/segm_mAP_50'):
-    if key in metrics:
-        print(f'{key}: {metrics[key]:.3f}')
-print(f'checkpoint and logs: {work_dir}')
-print(f'loss curve:          {osp.join(work_dir, "loss_curve.png")}')
-print(f'predictions drawn:   {len(vis)} images in {osp.dirname(vis[0]) if vis else "(none)"}')
-PYEOF
+"$PY" tools/analysis_tools/quickstart_report.py summary "$WORK_DIR"

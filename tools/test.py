@@ -40,13 +40,17 @@ def enable_drawing(cfg: Config, show_dir: str) -> None:
     if hook is None:
         raise RuntimeError('--show-dir needs default_hooks.visualization in the config')
     hook_type = hook['type'].split('.')[-1]
+    # Every library writes under the work dir, as mmdet does (WORK_DIR/TIMESTAMP/SHOW_DIR).
     if hook_type == 'DetVisualizationHook':
         hook.update(draw=True, test_out_dir=show_dir)
-    elif hook_type == 'SegVisualizationHook':
-        hook.update(draw=True)
-        cfg.visualizer['save_dir'] = show_dir
-    elif hook_type == 'VisualizationHook':  # mmpretrain
-        hook.update(enable=True, out_dir=show_dir)
+    elif hook_type == 'SegVisualizationHook':  # every image, not one in 50
+        hook.update(draw=True, interval=1)
+        cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
+        # mmseg names its visualizer 'visualizer': an instance of that name made earlier in
+        # the process would be reused with its own save_dir; the run's own name keeps it apart.
+        cfg.visualizer.pop('name', None)
+    elif hook_type == 'VisualizationHook':  # mmpretrain: every image, not one in 5000
+        hook.update(enable=True, interval=1, out_dir=osp.join(cfg.work_dir, show_dir))
     else:
         raise RuntimeError(f'--show-dir does not know the visualization hook {hook["type"]}')
 
@@ -78,8 +82,15 @@ def main():
     metrics = runner.test()
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:
-            json.dump({k: float(v) if isinstance(v, (int, float)) else str(v)
-                       for k, v in metrics.items()}, f, indent=1)
+            json.dump({k: _plain(v) for k, v in metrics.items()}, f, indent=1)
+
+
+def _plain(value):
+    """A JSON value for a metric: numbers (numpy scalars included) as float, others as str."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,59 @@
+# What every quickstart config shares, whatever the task: the CPU-sized backbones (one of each of
+# our families, plus ResNet-18 as the baseline), their output channels, and the schedule pieces
+# (optimiser, warm-up + cosine, hooks, seed). The task bases (_retinanet_shapes.py,
+# _mask-rcnn_shapes.py, _upernet_shapes.py, _classifier_shapes.py) add the library's model, data
+# and runtime; a quickstart config only picks its backbone from the tables below.
+
+# CPU-sized variants of similar cost at 256 x 256 (params / GFLOPs of the backbone alone:
+# python tools/analysis_tools/get_flops.py). Every one is trained from scratch.
+backbones = dict(
+    # A quarter-width TransCNN-Tiny: the official stage layout, grids and pool ratios.
+    transcnn=dict(
+        _delete_=True, type='mmhvit.TransCNN',
+        arch=dict(embed_dims=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 4],
+                  expansions=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
+        drop_path_rate=0.),
+    # NesT with blocks of 8 x 8 tokens (4 x 4 blocks at stride 4 on a 256 image) and the same
+    # widths: three levels 32/64/128, the stride-32 aggregation to 256 with one transformer layer.
+    nest=dict(
+        _delete_=True, type='mmhvit.NesT',
+        arch=dict(embed_dims=[32, 64, 128], depths=[1, 1, 2], num_heads=[1, 2, 4], block_size=8),
+        extra_depth=1, pretrain_img_size=256, drop_path_rate=0.),
+    # TNT with 4 blocks of 128-wide sentences (8-wide words); one block per pyramid output.
+    tnt=dict(
+        _delete_=True, type='mmhvit.TNT',
+        arch=dict(embed_dims_inner=8, embed_dims_outer=128, num_layers=4, num_heads_inner=2,
+                  num_heads_outer=4),
+        out_blocks=(1, 2, 3, 4), pretrain_img_size=256, drop_path_rate=0.),
+    # The library's own ResNet-18 (type 'ResNet' resolves in the mmdet, mmseg and mmpretrain
+    # scopes alike), from scratch, nothing frozen, BN in training mode as ours.
+    r18=dict(
+        _delete_=True, type='ResNet', depth=18, frozen_stages=-1, norm_eval=False,
+        norm_cfg=dict(type='BN', requires_grad=True), init_cfg=None),
+)
+channels = dict(transcnn=[32, 64, 128, 256], nest=[32, 64, 128, 256], tnt=[128, 128, 128, 128],
+                r18=[64, 128, 256, 512])
+# Strides 8-32 only (RetinaNet's FPN): nothing is built or run for the stride-4 output.
+backbones_c3_c5 = {name: dict(cfg, out_indices=(1, 2, 3)) for name, cfg in backbones.items()}
+channels_c3_c5 = {name: c[1:] for name, c in channels.items()}
+# The stride-32 map only (a classifier's global pooling).
+backbones_c5 = {name: dict(cfg, out_indices=(3, )) for name, cfg in backbones.items()}
+channels_c5 = {name: c[3] for name, c in channels.items()}
+
+# From-scratch AdamW, warm-up then cosine decay over whatever train_cfg.max_epochs the task sets
+# (MMEngine ends a scheduler without `end` at the last epoch); the task sets lr.
+quickstart_optim_wrapper = dict(
+    _delete_=True, type='OptimWrapper', clip_grad=dict(max_norm=10.),
+    optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05),
+    paramwise_cfg=dict(norm_decay_mult=0.))
+quickstart_param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=100),
+    dict(type='CosineAnnealingLR', eta_min_ratio=0.05, by_epoch=True, begin=0,
+         convert_to_iter_based=True)
+]
+# Logs every 10 iterations; keeps only the last checkpoint.
+quickstart_hooks = dict(
+    logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=True),
+    checkpoint=dict(type='CheckpointHook', by_epoch=True, interval=1000, max_keep_ckpts=1,
+                    save_last=True))
+quickstart_randomness = dict(seed=0)

@@ -1,0 +1,62 @@
+# UperNet on the shapes data (MMSeg img_dir/ann_dir layout: data/shapes/{img_dir,ann_dir}/{train,val},
+# label 0 = background, 1..3 = circle, square, triangle), trained from scratch on the CPU: the recipe
+# of every UperNet quickstart. A config sets model.backbone and decode_head.in_channels from the
+# tables of _shapes_base.py (all four strides: backbones, channels).
+_base_ = [
+    'mmseg::_base_/models/upernet_r50.py',
+    'mmseg::_base_/default_runtime.py',
+    'mmseg::_base_/schedules/schedule_20k.py',  # its hooks; loop and optimiser replaced below
+    './_shapes_base.py',
+]
+custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
+
+data_root = 'data/shapes/'
+metainfo = dict(classes=('background', 'circle', 'square', 'triangle'),
+                palette=[(0, 0, 0), (220, 20, 60), (0, 128, 255), (255, 200, 0)])
+image_scale = (256, 256)
+norm_cfg = dict(type='BN', requires_grad=True)  # one CPU process: no SyncBN
+model = dict(
+    # training batches are padded to 256 x 256 (labels with 255, ignored); test images keep
+    # their own size
+    data_preprocessor=dict(size=image_scale, test_cfg=None),
+    pretrained=None,  # from scratch
+    decode_head=dict(channels=64, num_classes=4, norm_cfg=norm_cfg),
+    auxiliary_head=None)
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations'),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackSegInputs')
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='LoadAnnotations'),
+    dict(type='PackSegInputs')
+]
+_dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=metainfo,
+                img_suffix='.png', seg_map_suffix='.png', reduce_zero_label=False)
+train_dataloader = dict(
+    batch_size=8, num_workers=1, persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(**_dataset, data_prefix=dict(img_path='img_dir/train', seg_map_path='ann_dir/train'),
+                 pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=1, num_workers=1, persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    dataset=dict(**_dataset, data_prefix=dict(img_path='img_dir/val', seg_map_path='ann_dir/val'),
+                 pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
+test_evaluator = val_evaluator
+
+# validation only at the end, by tools/test.py
+train_cfg = dict(_delete_=True, type='EpochBasedTrainLoop', max_epochs=8, val_interval=1000)
+optim_wrapper = {{_base_.quickstart_optim_wrapper}}
+param_scheduler = {{_base_.quickstart_param_scheduler}}
+default_hooks = {{_base_.quickstart_hooks}}
+log_processor = dict(by_epoch=True)
+randomness = {{_base_.quickstart_randomness}}
+auto_scale_lr = dict(enable=False, base_batch_size=8)

@@ -1,0 +1,121 @@
+"""Every quickstart config trains a couple of iterations on the generated shapes data and is
+evaluated through tools/test.py with its task's metric; the generated layouts load in the real
+MMDet / MMSeg / MMPretrain datasets.
+
+The tools run in this process (``runpy``, as ``python tools/train.py ...`` would run them) to keep
+16 configs x (train + test) affordable; a distinct ``experiment_name`` per run keeps MMEngine's
+named singletons (logger, visualizer, message hub) apart.
+"""
+import glob
+import json
+import os.path as osp
+import runpy
+import sys
+
+import pytest
+from conftest import REPO
+
+QUICKSTART = sorted(
+    osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', 'quickstart', '*.py'))
+    if not osp.basename(p).startswith('_'))
+ALGOS = ('retinanet', 'mask-rcnn', 'upernet', 'classifier')
+BACKBONES = ('transcnn-q', 'nest-q', 'tnt-q', 'r18')
+METRICS = {
+    'retinanet': ['coco/bbox_mAP', 'coco/bbox_mAP_50'],
+    'mask-rcnn': ['coco/bbox_mAP', 'coco/segm_mAP', 'coco/segm_mAP_50'],
+    'upernet': ['mIoU'],
+    'classifier': ['accuracy/top1'],
+}
+
+
+def test_every_task_has_every_backbone():
+    pairs = {tuple(osp.basename(c).split('_')[:2]) for c in QUICKSTART}
+    assert pairs == {(a, b) for a in ALGOS for b in BACKBONES}
+
+
+def run_in_process(script, *args):
+    argv = sys.argv
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(osp.join(REPO, script), run_name='__main__')
+    finally:
+        sys.argv = argv
+
+
+def subset_options(algo, data_root, work_dir, name):
+    """A couple of iterations on 4 train images; evaluation on 2 val images."""
+    root = str(data_root) + '/'
+    options = [
+        f'experiment_name={name}', 'train_cfg.max_epochs=1', 'default_hooks.logger.interval=1',
+        'train_dataloader.batch_size=2', 'val_dataloader.batch_size=1',
+        'test_dataloader.batch_size=1'
+    ]
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        options += [f'{loader}.num_workers=0', f'{loader}.persistent_workers=False',
+                    f'{loader}.dataset.indices={4 if loader == "train_dataloader" else 2}']
+    if algo == 'classifier':
+        options += [f'{loader}.dataset.data_root={root}crops'
+                    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    else:
+        options += [f'{loader}.dataset.data_root={root}'
+                    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    if algo in ('retinanet', 'mask-rcnn'):
+        ann = f'{root}annotations/instances_val.json'
+        options += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
+    return options
+
+
+@pytest.mark.parametrize('config', QUICKSTART)
+def test_quickstart_config_trains_and_evaluates(config, tiny_shapes, tmp_path):
+    algo = osp.basename(config).split('_')[0]
+    work_dir = tmp_path / 'work'
+    options = subset_options(algo, tiny_shapes, work_dir, 'train')
+    run_in_process('tools/train.py', config, '--work-dir', str(work_dir), '--cfg-options',
+                   *options)
+    checkpoint = open(work_dir / 'last_checkpoint').read().strip()
+    assert osp.isfile(checkpoint)
+
+    metrics_file = tmp_path / 'metrics.json'
+    # a model trained for two steps scores below the default thresholds: keep every box
+    keep_all = {'retinanet': ['model.test_cfg.score_thr=0.0'],
+                'mask-rcnn': ['model.test_cfg.rcnn.score_thr=0.0']}.get(algo, [])
+    test_options = subset_options(algo, tiny_shapes, work_dir, 'test') + keep_all
+    run_in_process('tools/test.py', config, checkpoint, '--work-dir', str(work_dir),
+                   '--show-dir', 'vis', '--metrics-out', str(metrics_file), '--cfg-options',
+                   *test_options)
+    metrics = json.loads(metrics_file.read_text())
+    for key in METRICS[algo]:
+        upper = 1 if key.startswith('coco/') else 100  # MMSeg and MMPretrain report percent
+        assert key in metrics and 0 <= metrics[key] <= upper, (key, metrics)
+    drawn = glob.glob(str(work_dir / '**' / 'vis' / '**' / '*.png'), recursive=True)
+    assert len(drawn) == 2, drawn  # one per evaluated image
+
+
+def test_generated_layouts_load_in_the_library_datasets(tiny_shapes):
+    from mmdet.datasets import CocoDataset
+    from mmpretrain.datasets import CustomDataset
+    from mmseg.datasets import BaseSegDataset
+    classes = ('circle', 'square', 'triangle')
+    coco = CocoDataset(data_root=str(tiny_shapes), ann_file='annotations/instances_train.json',
+                       data_prefix=dict(img='img_dir/train/'), metainfo=dict(classes=classes),
+                       pipeline=[], test_mode=True)
+    assert len(coco) == 8 and osp.isfile(coco[0]['img_path'])
+
+    seg = BaseSegDataset(data_root=str(tiny_shapes), img_suffix='.png', seg_map_suffix='.png',
+                         data_prefix=dict(img_path='img_dir/val', seg_map_path='ann_dir/val'),
+                         metainfo=dict(classes=('background', ) + classes),
+                         reduce_zero_label=False, pipeline=[])
+    assert len(seg) == 4
+    from PIL import Image
+    import numpy as np
+    labels = np.asarray(Image.open(seg[0]['seg_map_path']))
+    image = Image.open(seg[0]['img_path'])
+    assert labels.shape == (image.height, image.width)
+    assert set(np.unique(labels)) <= {0, 1, 2, 3} and labels.max() > 0
+
+    crops = CustomDataset(data_root=str(tiny_shapes / 'crops'), data_prefix='train',
+                          metainfo=dict(classes=classes + ('no_shape', )), pipeline=[])
+    counts = np.bincount([crops.get_data_info(i)['gt_label'] for i in range(len(crops))])
+    assert len(counts) == 4 and len(set(counts)) == 1 and counts[0] > 0  # balanced
+    side = Image.open(crops.get_data_info(0)['img_path']).size
+    assert side[0] == side[1] and 64 <= side[0] <= 96
