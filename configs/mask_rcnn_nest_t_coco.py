@@ -14,7 +14,8 @@ model = dict(
         init_cfg=dict(type='Pretrained', checkpoint=checkpoint)),
     neck=dict(in_channels=[96, 192, 384, 768]))
 
-# AdamW lr 1e-4, weight decay 0.05 (Swin's Mask R-CNN recipe); no decay on norms, position embeddings.
+# AdamW lr 1e-4, weight decay 0.05 (Swin's Mask R-CNN recipe); no decay on norms and position
+# embeddings.
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',

@@ -12,7 +12,8 @@ custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
 model = dict(
     type='ImageClassifier',
     # out_indices=(2,): the three NesT levels only (no stride-32 extra), final LN applied.
-    backbone=dict(type='mmhvit.NesT', arch='tiny', out_indices=(2, ), final_norm=True),
+    backbone=dict(type='mmhvit.NesT', arch='tiny', out_indices=(2, ), final_norm=True,
+                  drop_path_rate=0.2),  # the official NesT-T rate
     neck=dict(type='GlobalAveragePooling'),
     head=dict(
         type='LinearClsHead',

@@ -22,7 +22,6 @@ optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
     optimizer=dict(type='AdamW', lr=1e-4, weight_decay=1e-4),
-    paramwise_cfg=dict(norm_decay_mult=0., custom_keys={'outer_pos': dict(decay_mult=0.),
-                                                        'inner_pos': dict(decay_mult=0.),
+    paramwise_cfg=dict(norm_decay_mult=0., custom_keys={'pos_embed': dict(decay_mult=0.),
                                                         'cls_token': dict(decay_mult=0.)}))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

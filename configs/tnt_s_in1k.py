@@ -38,8 +38,7 @@ optim_wrapper = dict(
     optimizer=dict(lr=1e-3),
     paramwise_cfg=dict(custom_keys={
         '.cls_token': dict(decay_mult=0.0),
-        '.outer_pos': dict(decay_mult=0.0),
-        '.inner_pos': dict(decay_mult=0.0)
+        'pos_embed': dict(decay_mult=0.0),  # the sentence and the word position embeddings
     }))
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5, convert_to_iter_based=True),

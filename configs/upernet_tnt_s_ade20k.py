@@ -18,7 +18,6 @@ model = dict(
 # Swin's UperNet recipe (AdamW lr 6e-5, weight decay 0.01, warm-up then poly), inherited;
 # no decay on norms, position embeddings and the class token.
 optim_wrapper = dict(paramwise_cfg=dict(
-    _delete_=True, norm_decay_mult=0., custom_keys={'outer_pos': dict(decay_mult=0.),
-                                                    'inner_pos': dict(decay_mult=0.),
-                                                    'cls_token': dict(decay_mult=0.)}))
+    _delete_=True, norm_decay_mult=0., custom_keys={'pos_embed': dict(decay_mult=0.),
+                                                        'cls_token': dict(decay_mult=0.)}))
 auto_scale_lr = dict(enable=False, base_batch_size=16)

@@ -3,7 +3,7 @@
 Importing the package registers every backbone in ``mmhvit.registry.MODELS``. It imports torch,
 mmengine and mmcv only: never mmdet, mmseg or mmpretrain.
 """
-from .version import __version__
 from . import models  # noqa: F401  (registers the backbones)
+from .version import __version__
 
 __all__ = ['__version__']

@@ -14,8 +14,8 @@ def register_backbone(*, plain_name: bool):
     """Register a backbone under ``mmhvit.<Name>``; ``plain_name`` also makes ``<Name>`` resolve.
 
     A plain ``type='Name'`` is looked up in the current scope's registry and then its parents, never
-    its siblings, so a plain name has to live in MMEngine's root registry to be found from the mmdet,
-    mmseg and mmpretrain scopes. Only names that no OpenMMLab library owns get a plain name.
+    its siblings, so a plain name has to live in MMEngine's root registry to be found from the
+    mmdet, mmseg and mmpretrain scopes. Only names that no OpenMMLab library owns get a plain name.
     """
 
     def _register(cls):

@@ -26,12 +26,14 @@ def tiny_shapes(tmp_path_factory):
     return out
 
 
-# CPU-sized variants of every backbone, for tests that exercise the plumbing rather than an arch.
+# CPU-sized variants of every backbone, for tests that exercise the plumbing rather than an arch
+# (every stage has blocks, and windows / blocks are small enough to need padding at odd sizes).
 TINY_BACKBONES = {
-    'TransCNN': dict(arch=dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                               num_heads=[1, 1, 2, 2], expansions=[2, 2, 2, 2],
-                               grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1])),
-    'NesT': dict(arch=dict(embed_dims=[16, 32, 64], depths=[1, 1, 1], num_heads=[1, 2, 2])),
-    'TNT': dict(arch=dict(embed_dims_inner=8, embed_dims_outer=32, num_layers=4,
-                          num_heads_inner=2, num_heads_outer=2), out_blocks=(1, 2, 3, 4)),
+    'TransCNN': dict(arch=dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                               num_heads=[1, 1, 2, 2], mlp_ratio=[2, 2, 2, 2],
+                               grid_sizes=[4, 4, 4, 1], ds_ratios=[4, 2, 2, 1])),
+    'NesT': dict(arch=dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
+                           num_heads=[1, 2, 2, 4], block_size=4), pretrain_img_size=64),
+    'TNT': dict(arch=dict(embed_dims=16, inner_dims=4, depths=[1, 1, 1, 1], num_heads=2,
+                          inner_num_heads=1), pretrain_img_size=64),
 }

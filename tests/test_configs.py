@@ -32,12 +32,12 @@ def detection_batch(height, width, with_mask):
     return sample
 
 
-def segmentation_batch(height, width):
+def segmentation_batch(height, width, num_classes):
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
     sample = SegDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
                                          pad_shape=(height, width)))
-    sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, height, width)))
+    sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, height, width)))
     return sample
 
 
@@ -51,7 +51,7 @@ def make_batch(scope, cfg, height, width):
         with_mask = 'mask_head' in cfg.model.get('roi_head', {})
         sample = detection_batch(height, width, with_mask)
     elif scope == 'mmseg':
-        sample = segmentation_batch(height, width)
+        sample = segmentation_batch(height, width, cfg.model.decode_head.num_classes)
     else:
         sample = classification_batch()
     # two images: batch statistics (BN in UperNet's pooling branch) need more than one value
@@ -60,6 +60,8 @@ def make_batch(scope, cfg, height, width):
 
 
 def input_size(scope, cfg):
+    if scope == 'mmpretrain' and 'quickstart' in cfg.filename:
+        return (96, 96)  # the shapes crops
     if scope == 'mmpretrain':
         return (256, 256) if 'TransCNN' in cfg.model.backbone.type else (224, 224)
     return (160, 192)  # small, not square, not a multiple of the backbones' windows
@@ -70,7 +72,9 @@ def test_config_builds_and_steps(config):
     cfg = Config.fromfile(osp.join(REPO, config))
     assert cfg.custom_imports == dict(imports=['mmhvit'], allow_failed_imports=False)
     scope = cfg.default_scope
-    assert cfg.model.backbone.type.startswith('mmhvit.')
+    baseline = osp.basename(config).split('_')[1] == 'r18'  # the quickstart's ResNet-18 baseline
+    assert cfg.model.backbone.type == 'ResNet' if baseline else \
+        cfg.model.backbone.type.startswith('mmhvit.')
     import mmhvit  # noqa: F401  (what custom_imports does)
     init_default_scope(scope)
     registry = __import__(f'{scope}.registry', fromlist=['MODELS'])
@@ -92,6 +96,13 @@ def test_config_builds_and_steps(config):
     if scope == 'mmdet' and 'rpn_head' not in cfg.model:
         # RetinaNet: the neck is wired to the outputs it uses (DDP needs every parameter used)
         assert not unused, unused
+    if 'quickstart' in config:
+        # No dead level: every parameter of our backbones that trains gets a non-zero gradient
+        # (ResNet's zero-initialised residual BNs stop it for one step on purpose: there, every
+        # parameter gets a gradient).
+        dead = [n for n, p in model.backbone.named_parameters()
+                if p.requires_grad and (p.grad is None or not (baseline or p.grad.any()))]
+        assert not dead, dead
 
     model.eval()
     with torch.no_grad():
@@ -110,8 +121,9 @@ def test_config_builds_and_steps(config):
 def test_backbone_drops_into_mmdet_shipped_retinanet(name):
     """What a user does: mmdet's own config + custom_imports + a backbone override."""
     import mmdet
-    import mmhvit  # noqa: F401
     from mmdet.registry import MODELS
+
+    import mmhvit  # noqa: F401
     init_default_scope('mmdet')
     cfg = Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'retinanet',
                                    'retinanet_r50_fpn_1x_coco.py'))

@@ -2,9 +2,14 @@
 import pytest
 import torch
 
-from mmhvit.models.backbones import NesT, TNT, TransCNN
-from mmhvit.models.layers import (SimplePyramid, multihead_attention, window_key_mask,
-                                  window_partition, window_reverse)
+from mmhvit.models.backbones import TNT, NesT, TransCNN
+from mmhvit.models.layers import (
+    build_rescale,
+    multihead_attention,
+    window_key_mask,
+    window_partition,
+    window_reverse,
+)
 
 
 def test_window_partition_round_trip_and_order():
@@ -35,12 +40,12 @@ def test_window_key_mask_marks_padding():
     assert mask.sum() == 9 and mask[0].all() and mask[3].tolist() == [True, False, False, False]
 
 
-def test_simple_pyramid_scales():
-    pyramid = SimplePyramid(8, rescales=(4, 2, 1, 0.5))
-    maps = pyramid([torch.randn(1, 8, 5, 7)] * 4)
+def test_simple_pyramid_rescales():
+    maps = [build_rescale(scale, 8, dict(type='LN2d'))(torch.randn(1, 8, 5, 7))
+            for scale in (4, 2, 1, 0.5)]
     assert [tuple(m.shape[-2:]) for m in maps] == [(20, 28), (10, 14), (5, 7), (3, 4)]
-    with pytest.raises(ValueError, match='scale 3'):
-        SimplePyramid(8, rescales=(3, ))
+    with pytest.raises(ValueError, match='rescale 3'):
+        build_rescale(3, 8, dict(type='LN2d'))
 
 
 @pytest.mark.parametrize('cls', [TransCNN, NesT, TNT])
@@ -56,25 +61,34 @@ def test_arch_parsing_is_shared_and_strict(cls):
         cls.parse_arch(3)
 
 
-@pytest.mark.parametrize('keys', [16, 65])  # the short-sequence path and SDPA
-def test_attention_paths_agree_with_sdpa(keys):
+@pytest.mark.parametrize('kernel', ['auto', 'matmul', 'sdpa'])
+@pytest.mark.parametrize('keys', [16, 65])  # auto: the short-sequence path and SDPA
+def test_attention_kernels_agree_with_sdpa(keys, kernel):
     torch.manual_seed(0)
     q, k, v = torch.randn(6, 10, 12), torch.randn(6, keys, 12), torch.randn(6, keys, 12)
     mask = torch.rand(3, keys) > 0.3
-    out = multihead_attention(q, k, v, num_heads=3, key_mask=mask, scale=0.3)
+    out = multihead_attention(q, k, v, num_heads=3, key_mask=mask, scale=0.3, kernel=kernel)
     heads = [t.view(6, -1, 3, 4).transpose(1, 2) for t in (q, k, v)]
     reference = torch.nn.functional.scaled_dot_product_attention(
         *heads, attn_mask=mask.repeat(2, 1)[:, None, None, :], scale=0.3)
     torch.testing.assert_close(out, reference.transpose(1, 2).reshape(6, 10, 12))
+    with pytest.raises(ValueError, match='kernel must be one of'):
+        multihead_attention(q, k, v, num_heads=3, kernel='flash')
 
 
 def test_flop_count_separates_attention_products():
     from mmhvit.utils import count_flops
 
     class Attend(torch.nn.Module):
-        def forward(self, x):  # 16 keys: the CPU would take the short-sequence matmul path
-            return multihead_attention(x, x, x, num_heads=2)
 
-    x = torch.randn(3, 16, 8)
-    assert count_flops(Attend(), (x, ), with_attention=False) == 0
-    assert count_flops(Attend(), (x, ), with_attention=True) == 3 * 2 * 16 * 16 * (4 + 4)
+        def __init__(self):
+            super().__init__()
+            self.attn_kernel = 'auto'
+
+        def forward(self, x):  # 16 keys: the CPU would take the short-sequence matmul path
+            return multihead_attention(x, x, x, num_heads=2, kernel=self.attn_kernel)
+
+    x, model = torch.randn(3, 16, 8), Attend()
+    assert count_flops(model, (x, ), with_attention=False) == 0
+    assert count_flops(model, (x, ), with_attention=True) == 3 * 2 * 16 * 16 * (4 + 4)
+    assert model.attn_kernel == 'auto'  # set for the count only

@@ -1,8 +1,7 @@
-"""NesT: equivalence with timm (official weights), any input size, padding, tools, GradCAT."""
+"""NesT: equivalence with timm (official weights), padding, position embeddings, tools, GradCAT
+(the contract shared by all backbones is in test_backbone_contract.py)."""
 import functools
 import importlib.util
-import itertools
-import math
 import os
 import os.path as osp
 
@@ -11,17 +10,20 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 
-import mmhvit.models.backbones.nest as nest_module
 from mmhvit.analysis.gradcat import block_scores, draw_gradcat, nest_gradcat
-from mmhvit.models.backbones.nest import (NesT, blocks_to_map, convert_nest_checkpoint,
-                                          describe_nest_checkpoint, map_to_blocks)
+from mmhvit.models.backbones.nest import (
+    NesT,
+    blocks_to_map,
+    convert_nest_checkpoint,
+    describe_nest_checkpoint,
+    map_to_blocks,
+)
 
 timm = pytest.importorskip('timm')
 
-# A small arch with the ImageNet geometry (14-token blocks, pre-trained at 224) for shape tests,
-# and one with 4-token blocks (pre-trained at 64) for everything that runs many forwards.
-ARCH14 = dict(embed_dims=[8, 16, 32], depths=[1, 1, 1], num_heads=[1, 2, 2], block_size=14)
-ARCH4 = dict(embed_dims=[16, 32, 64], depths=[1, 2, 1], num_heads=[2, 2, 4], block_size=4)
+# A small arch with 4-token blocks (pre-trained at 64): every level has several blocks.
+ARCH4 = dict(embed_dims=[16, 32, 64, 128], depths=[1, 2, 1, 0], num_heads=[2, 2, 4, 8],
+             block_size=4)
 
 
 def tiny_nest(**kwargs):
@@ -60,8 +62,8 @@ def test_timm_equivalence_logits_and_maps(name, padding):
     state_dict = reference['state_dict']
     # classifier: backbone (final LN on the stride-16 output) + mean + timm's head
     model = NesT('tiny', out_indices=(2, ), pool_padding=padding).eval()
-    converted = convert_nest_checkpoint(state_dict, num_heads=model.num_heads)
-    assert model.load_state_dict(converted, strict=True)
+    converted = convert_nest_checkpoint(state_dict, num_heads=model.arch_settings['num_heads'])
+    model.load_state_dict(converted, strict=True)
     with torch.no_grad():
         pooled = model(reference['x'])[0].mean(dim=(2, 3))
         logits = F.linear(pooled, state_dict['head.weight'], state_dict['head.bias'])
@@ -71,7 +73,8 @@ def test_timm_equivalence_logits_and_maps(name, padding):
     model = NesT('tiny', out_indices=(0, 1, 2), final_norm=False,
                  pool_padding=padding).eval()
     result = model.load_state_dict(converted, strict=False)
-    assert not result.missing_keys and result.unexpected_keys == ['norm.weight', 'norm.bias']
+    assert not result.missing_keys
+    assert result.unexpected_keys == ['stages.2.out_norm.weight', 'stages.2.out_norm.bias']
     with torch.no_grad():
         maps = model(reference['x'])
     assert len(maps) == 3
@@ -128,49 +131,31 @@ def test_param_counts_equal_timm():
     for arch, expected in timm_counts.items():
         with torch.device('meta'):
             model = NesT(arch, out_indices=(2, ))
-        dim = model.embed_dims[2]
+        dim = model.stage_channels[2]
         count = sum(p.numel() for p in model.parameters()) + dim * 1000 + 1000
         assert count == expected, arch
     # the stride-32 output adds one aggregation (conv3x3 384 -> 768 + LN) that no checkpoint has
     with torch.device('meta'):
         model = NesT('tiny', out_indices=(3, ))
-    extra = sum(p.numel() for p in model.levels[3].parameters())
+    extra = sum(p.numel() for p in model.stages[3].parameters())
     assert extra == 384 * 768 * 9 + 768 + 2 * 768
 
 
 # --- any input size ----------------------------------------------------------------------------
-def test_shapes_every_out_indices_subset():
-    sizes = [(224, 224), (256, 320), (97, 131), (800, 1344)]
-    subsets = [s for r in range(1, 5) for s in itertools.combinations(range(4), r)]
-    torch.manual_seed(0)
-    for out_indices in subsets:
-        model = NesT(ARCH14, out_indices=out_indices, extra_depth=1).eval()
-        assert len(model.levels) == max(out_indices) + 1  # nothing built that is never used
-        for height, width in sizes:
-            with torch.no_grad():
-                outs = model(torch.randn(1, 3, height, width))
-            assert len(outs) == len(out_indices)
-            for out, index in zip(outs, out_indices):
-                stride = 4 * 2**index
-                assert out.shape == (1, 8 * 2**index, math.ceil(height / stride),
-                                     math.ceil(width / stride)), (out_indices, height, width)
-                assert torch.isfinite(out).all()
-
-
 def test_padding_never_leaks():
     """Valid outputs of every level equal a per-block computation without the padded tokens."""
     torch.manual_seed(0)
-    model = tiny_nest(extra_depth=1).eval()
+    model = tiny_nest(arch=dict(ARCH4, depths=[1, 2, 1, 1])).eval()
     x = torch.randn(2, 3, 44, 60)  # tokens 11x15 -> 6x8 -> 3x4 -> 2x2: partial blocks everywhere
     inputs, outputs = {}, {}
-    for i, level in enumerate(model.levels):
+    for i, level in enumerate(model.stages):
         level.register_forward_pre_hook(lambda m, a, i=i: inputs.__setitem__(i, a[0]))
-        level.register_forward_hook(lambda m, a, o, i=i: outputs.__setitem__(i, o))
+        level.register_forward_hook(lambda m, a, o, i=i: outputs.__setitem__(i, o[0]))
     with torch.no_grad():
         model(x)
         padded_levels = 0
-        for i, level in enumerate(model.levels):
-            feat = level.pool(inputs[i]) if hasattr(level, 'pool') else inputs[i]
+        for i, level in enumerate(model.stages):
+            feat = level.downsample(inputs[i]) if level.downsample else inputs[i]
             height, width = feat.shape[-2:]
             tokens = feat.permute(0, 2, 3, 1) + level.pos_map((height, width))
             padded_levels += bool(height % model.block_size or width % model.block_size)
@@ -179,7 +164,7 @@ def test_padding_never_leaks():
                 for left in range(0, width, model.block_size):
                     block = tokens[:, top:top + model.block_size, left:left + model.block_size]
                     seq = block.reshape(block.shape[0], -1, block.shape[-1])
-                    for layer in level.layers:
+                    for layer in level.blocks:
                         seq = layer(seq)  # only the valid tokens: padded keys are absent
                     expected[:, top:top + model.block_size,
                              left:left + model.block_size] = seq.view(block.shape)
@@ -188,32 +173,34 @@ def test_padding_never_leaks():
         assert padded_levels == 4
 
         # the check is sensitive: attending to the padded tokens changes a valid output
-        level = model.levels[0]
+        level = model.stages[0]
         tokens = F.pad(outputs[0][:1, :, :3, :3].permute(0, 2, 3, 1), (0, 0, 0, 1, 0, 1))
         seq = tokens.reshape(1, 16, -1)
         valid = tokens[:, :3, :3].reshape(1, 9, -1)
-        assert (level.layers[0](seq).view(tokens.shape)[:, :3, :3] -
-                level.layers[0](valid).view(1, 3, 3, -1)).abs().max() > 1e-3
+        assert (level.blocks[0](seq).view(tokens.shape)[:, :3, :3] -
+                level.blocks[0](valid).view(1, 3, 3, -1)).abs().max() > 1e-3
 
 
 def test_pos_embed_resized_at_runtime_and_on_load(tmp_path):
     """A model pre-trained at 64 run at 128 equals a model built for 128 that loaded it."""
     torch.manual_seed(0)
-    small = tiny_nest(out_indices=(0, 1, 2, 3), extra_depth=1).eval()
+    arch = dict(ARCH4, depths=[1, 2, 1, 1])
+    small = tiny_nest(arch=arch).eval()
+    small.init_weights()
     ckpt = tmp_path / 'nest64.pth'
     torch.save(small.state_dict(), ckpt)
-    big = tiny_nest(out_indices=(0, 1, 2, 3), extra_depth=1, pretrain_img_size=128,
+    big = tiny_nest(arch=arch, pretrain_img_size=128,
                     init_cfg=dict(type='Pretrained', checkpoint=str(ckpt)))
-    assert big.levels[0].pos_embed.shape == (1, 64, 16, 16)  # 8x8 blocks of 4x4 at 128
+    assert big.stages[0].pos_embed.shape == (1, 64, 16, 16)  # 8x8 blocks of 4x4 at 128
     big.init_weights()
     big.eval()
     # the loaded embedding is the old one read as a map, resized, and re-blocked
-    old_map = blocks_to_map(small.levels[0].pos_embed.detach(), small.levels[0].pos_layout)
+    old_map = blocks_to_map(small.stages[0].pos_embed.detach(), small.stages[0].pos_layout)
     resized = F.interpolate(old_map, size=(32, 32), mode='bicubic', align_corners=False)
-    torch.testing.assert_close(big.levels[0].pos_embed.detach(),
-                               map_to_blocks(resized, big.levels[0].pos_layout))
-    torch.testing.assert_close(big.levels[1].layers[1].mlp.fc1.weight,
-                               small.levels[1].layers[1].mlp.fc1.weight)
+    torch.testing.assert_close(big.stages[0].pos_embed.detach(),
+                               map_to_blocks(resized, big.stages[0].pos_layout))
+    torch.testing.assert_close(big.stages[1].blocks[1].mlp.fc1.weight,
+                               small.stages[1].blocks[1].mlp.fc1.weight)
     x = torch.randn(1, 3, 128, 128)
     with torch.no_grad():
         for a, b in zip(small(x), big(x)):
@@ -225,8 +212,9 @@ def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
     from safetensors.torch import save_file
     torch.manual_seed(0)
     ref = timm.models.nest.Nest(
-        img_size=64, embed_dims=tuple(ARCH4['embed_dims']), num_heads=tuple(ARCH4['num_heads']),
-        depths=tuple(ARCH4['depths']), num_classes=10, pad_type='same').eval()
+        img_size=64, embed_dims=tuple(ARCH4['embed_dims'][:3]),
+        num_heads=tuple(ARCH4['num_heads'][:3]), depths=tuple(ARCH4['depths'][:3]),
+        num_classes=10, pad_type='same').eval()
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         ref_maps, y = [], ref.patch_embed(x)
@@ -246,85 +234,39 @@ def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
                 torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     # own keys pass through the converter unchanged
     own = model.state_dict()
-    assert list(convert_nest_checkpoint(own, num_heads=model.num_heads)) == list(own)
+    assert list(convert_nest_checkpoint(own, num_heads=model.arch_settings['num_heads'])) == \
+        list(own)
     assert describe_nest_checkpoint(ref.state_dict()) == \
         'custom(dims=[16, 32, 64], depths=[1, 2, 1])'
 
 
-# --- OpenMMLab contract ------------------------------------------------------------------------
-def test_frozen_stages_and_norm_eval():
-    model = tiny_nest(frozen_stages=1, norm_eval=True)
-    model.train()
-    for module in (model.patch_embed, model.levels[0]):
-        assert not module.training
-        assert all(not p.requires_grad for p in module.parameters())
-    for module in (model.levels[1], model.levels[2], model.norm, model.levels[3]):
-        assert module.training
-        assert all(p.requires_grad for p in module.parameters())
-
-    model = tiny_nest(frozen_stages=3)
-    model.train()
-    assert not model.norm.training and not model.norm.weight.requires_grad
-    assert model.levels[3].training and model.levels[3].pool.conv.weight.requires_grad
-    model = tiny_nest(frozen_stages=4).train()
-    assert not any(p.requires_grad for p in model.parameters())
-
-    # norm_eval: NesT has only LayerNorms, so train mode (no dropout) computes the same maps
-    model = tiny_nest(norm_eval=True, drop_path_rate=0.)
-    x = torch.randn(1, 3, 40, 48)
-    with torch.no_grad():
-        train_out = model.train()(x)
-        eval_out = model.eval()(x)
-    for a, b in zip(train_out, eval_out):
-        torch.testing.assert_close(a, b)
-
-
-def test_with_cp_same_outputs_and_grads(monkeypatch):
-    torch.manual_seed(0)
-    plain = tiny_nest(extra_depth=1, drop_path_rate=0.)
-    ckpt = tiny_nest(extra_depth=1, drop_path_rate=0., with_cp=True)
-    ckpt.load_state_dict(plain.state_dict())
-    calls = []
-    original = nest_module.cp.checkpoint
-    monkeypatch.setattr(nest_module.cp, 'checkpoint',
-                        lambda *a, **k: calls.append(1) or original(*a, **k))
-    x = torch.randn(1, 3, 40, 56)
-    outs = [sum(o.sum() for o in model(x)) for model in (plain, ckpt)]
-    assert len(calls) == 1 + 2 + 1 + 1  # every transformer layer, extra level included
-    torch.testing.assert_close(outs[0], outs[1])
-    for out in outs:
-        out.backward()
-    for (name, p), q in zip(plain.named_parameters(), ckpt.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=name)
-
-
-def test_bad_input_and_bad_arch(tmp_path):
-    model = tiny_nest()
-    with pytest.raises(ValueError, match='3 input channels'):
-        model(torch.randn(1, 1, 64, 64))
-    with pytest.raises(ValueError, match='at least 32x32'):
-        model(torch.randn(1, 3, 31, 64))
-    with pytest.raises(ValueError, match='NCHW'):
-        model(torch.randn(3, 64, 64))
+def test_bad_arch_and_deprecated_spellings(tmp_path):
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'small'.*'tiny'"):
         NesT('huge')
     with pytest.raises(ValueError, match=r"missing \['num_heads'\]"):
-        NesT(dict(embed_dims=[8, 16, 32], depths=[1, 1, 1]))
-    with pytest.raises(ValueError, match='3 values'):
+        NesT(dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 0]))
+    with pytest.raises(ValueError, match='4 values'):
         NesT(dict(embed_dims=[8, 16], depths=[1, 1], num_heads=[1, 1]))
     with pytest.raises(ValueError, match='pool_padding'):
         tiny_nest(pool_padding='reflect')
     with pytest.raises(ValueError, match='multiples of 64'):
         tiny_nest(pretrain_img_size=96)
-    with pytest.raises(ValueError, match='out_indices'):
-        tiny_nest(out_indices=(4, ))
+    # this release's deprecated spellings build the same model
+    three_levels = {k: v[:3] for k, v in ARCH4.items() if k != 'block_size'}
+    with pytest.warns(DeprecationWarning, match='3-level'):
+        old = tiny_nest(arch=dict(three_levels, block_size=4), extra_depth=2, extra_num_heads=4)
+    assert old.arch_settings == tiny_nest(arch=dict(ARCH4, depths=[1, 2, 1, 2],
+                                                    num_heads=[2, 2, 4, 4])).arch_settings
+    with pytest.warns(DeprecationWarning, match='drop_path_rate=None'):
+        assert NesT('small', drop_path_rate=None, out_indices=(0, )).drop_path_rate == 0.3
 
     # a checkpoint of another arch: one error naming both
     ckpt = tmp_path / 'other.pth'
-    torch.save(NesT(dict(ARCH4, embed_dims=[8, 16, 32]), pretrain_img_size=64).state_dict(), ckpt)
+    torch.save(NesT(dict(ARCH4, embed_dims=[8, 16, 32, 64]), pretrain_img_size=64).state_dict(),
+               ckpt)
     model = tiny_nest(init_cfg=dict(type='Pretrained', checkpoint=str(ckpt)))
     with pytest.raises(ValueError, match=r'made for NesT arch custom\(dims=\[8, 16, 32\].*'
-                       r'this model is arch custom\(dims=\[16, 32, 64\]'):
+                       r'this model is arch custom \{.*16, 32, 64'):
         model.init_weights()
 
 
@@ -354,7 +296,7 @@ def test_gradcat_path(tmp_path):
 
     # the top choice is the block with the highest gradient x activation, computed here directly
     maps = {}
-    hook = backbone.levels[2].register_forward_hook(lambda m, a, o: maps.__setitem__(2, o))
+    hook = backbone.stages[2].register_forward_hook(lambda m, a, o: maps.__setitem__(2, o[0]))
     logits = logits_fn(image)
     hook.remove()
     grad, = torch.autograd.grad(logits[0, result['target_class']], maps[2])
@@ -392,8 +334,8 @@ def test_gradcat_tool(tmp_path):
         "pretrain_img_size=64, out_indices=(2, )), neck=dict(type='GlobalAveragePooling'), "
         "head=dict(type='LinearClsHead', num_classes=5, in_channels=64))\n")
     init_default_scope('mmpretrain')
-    from mmpretrain.registry import MODELS
     from mmengine.config import Config
+    from mmpretrain.registry import MODELS
     torch.manual_seed(0)
     classifier = MODELS.build(Config.fromfile(str(config)).model)
     ckpt = tmp_path / 'cls.pth'

@@ -59,6 +59,8 @@ def subset_options(algo, data_root, work_dir, name):
     else:
         options += [f'{loader}.dataset.data_root={root}'
                     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    if algo == 'upernet':  # its classifier checkpoint: test_upernet_starts_from_its_classifier
+        options.append('model.backbone.init_cfg=None')
     if algo in ('retinanet', 'mask-rcnn'):
         ann = f'{root}annotations/instances_val.json'
         options += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
@@ -106,8 +108,8 @@ def test_generated_layouts_load_in_the_library_datasets(tiny_shapes):
                          metainfo=dict(classes=('background', ) + classes),
                          reduce_zero_label=False, pipeline=[])
     assert len(seg) == 4
-    from PIL import Image
     import numpy as np
+    from PIL import Image
     labels = np.asarray(Image.open(seg[0]['seg_map_path']))
     image = Image.open(seg[0]['img_path'])
     assert labels.shape == (image.height, image.width)
@@ -119,3 +121,57 @@ def test_generated_layouts_load_in_the_library_datasets(tiny_shapes):
     assert len(counts) == 4 and len(set(counts)) == 1 and counts[0] > 0  # balanced
     side = Image.open(crops.get_data_info(0)['img_path']).size
     assert side[0] == side[1] and 64 <= side[0] <= 96
+
+
+@pytest.mark.parametrize('backbone', BACKBONES)
+def test_upernet_starts_from_its_classifier(backbone, tmp_path):
+    """The UperNet quickstart's backbone loads the classifier quickstart's checkpoint."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    def build(config, scope):
+        cfg = Config.fromfile(osp.join(REPO, 'configs', 'quickstart', config))
+        init_default_scope(scope)
+        registry = __import__(f'{scope}.registry', fromlist=['MODELS'])
+        return cfg, registry.MODELS
+
+    cfg, models = build(f'classifier_{backbone}_20e_shapes.py', 'mmpretrain')
+    classifier = models.build(cfg.model)
+    checkpoint = tmp_path / 'epoch_20.pth'
+    torch.save(dict(state_dict=classifier.state_dict()), checkpoint)
+
+    cfg, models = build(f'upernet_{backbone}_8e_shapes.py', 'mmseg')
+    init_cfg = cfg.model.backbone.init_cfg
+    assert init_cfg.type == 'Pretrained' and init_cfg.prefix == 'backbone.'
+    assert init_cfg.checkpoint == f'work_dirs/classifier_{backbone}_20e_shapes/epoch_20.pth'
+    init_cfg.checkpoint = str(checkpoint)
+    segmentor = models.build(cfg.model)
+    segmentor.init_weights()
+    loaded = segmentor.backbone.state_dict()
+    expected = {k[len('backbone.'):]: v for k, v in classifier.state_dict().items()
+                if k.startswith('backbone.')}
+    shared = [k for k in expected if k in loaded]
+    # the classifier builds every stage up to stride 32: all its backbone weights are used
+    assert len(shared) == len(expected), sorted(set(expected) - set(loaded))
+    for key in shared:
+        if loaded[key].dtype.is_floating_point and loaded[key].numel() > 1:
+            torch.testing.assert_close(loaded[key], expected[key], msg=key)
+
+
+def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'grad_norms', osp.join(REPO, 'tools', 'analysis_tools', 'grad_norms.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    root = str(tiny_shapes) + '/'
+    norms = tool.grad_norms(
+        osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_10e_shapes.py'), batches=1,
+        options={'train_dataloader.batch_size': 2, 'train_dataloader.dataset.data_root': root,
+                 'experiment_name': 'grad_norms'})
+    # RetinaNet takes strides 8-32: NesT stages 1-3 carry the gradient, stage 0 and the stem too
+    groups = {'backbone.patch_embed', 'neck', 'bbox_head'} | {
+        f'backbone.stages.{i}' for i in range(4)}
+    assert groups <= set(norms), norms
+    assert all(norms[g] > 0 for g in groups), norms

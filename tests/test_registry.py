@@ -52,10 +52,11 @@ def test_scoped_names_build_our_classes(scope, custom_imports):
 
 @pytest.mark.parametrize('scope', SCOPES)
 def test_plain_names_after_custom_imports(scope):
-    import mmhvit  # noqa: F401  (what custom_imports does)
     import importlib
 
     from mmengine.registry import init_default_scope
+
+    import mmhvit  # noqa: F401  (what custom_imports does)
     registry = importlib.import_module(f'{scope}.registry')
     init_default_scope(scope)
     for name in PLAIN_NAMES:
@@ -65,9 +66,10 @@ def test_plain_names_after_custom_imports(scope):
 
 
 def test_mmpretrain_scope_keeps_its_own_tnt_and_scoped_name_gives_ours():
-    import mmhvit  # noqa: F401
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS
+
+    import mmhvit  # noqa: F401
     init_default_scope('mmpretrain')
     assert MODELS.get('TNT').__module__.startswith('mmpretrain.')
     ours = MODELS.build(dict(type='mmhvit.TNT', **TINY_BACKBONES['TNT']))

@@ -12,7 +12,7 @@ from conftest import REPO, run_tool
 
 QUICKSTART = {
     'retinanet': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
-    'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_6e_shapes.py',
+    'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_8e_shapes.py',
 }
 
 

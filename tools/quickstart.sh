@@ -6,6 +6,7 @@
 #   bash tools/quickstart.sh                                 # RetinaNet + TransCNN (the default)
 #   TASK=seg BACKBONE=nest bash tools/quickstart.sh          # any task x backbone pair
 #   CONFIG=configs/quickstart/mask-rcnn_tnt-q_8e_shapes.py bash tools/quickstart.sh
+#   (a UperNet config first trains its backbone's classifier config when that checkpoint is missing)
 #
 # TASK: det (RetinaNet), ins (Mask R-CNN), seg (UperNet), cls (ImageClassifier).
 # BACKBONE: transcnn, nest, tnt (CPU-sized variants of ours) or r18 (the library's ResNet-18).
@@ -45,6 +46,16 @@ WORK_DIR="${WORK_DIR:-work_dirs/$NAME}"
 start=$(date +%s)
 
 "$PY" tools/dataset_converters/make_shapes.py --out data/shapes
+# A UperNet quickstart starts from its backbone's classifier quickstart (the checkpoint named in
+# its init_cfg): train that one first when it is missing.
+PRETRAINED="$("$PY" -c "from mmengine.config import Config; import sys
+init = Config.fromfile(sys.argv[1]).model.backbone.get('init_cfg') or {}
+print(init.get('checkpoint', '') if init.get('type') == 'Pretrained' else '')" "$CONFIG")"
+if [ -n "$PRETRAINED" ] && [ ! -f "$PRETRAINED" ]; then
+    CLASSIFIER="configs/quickstart/$(basename "$(dirname "$PRETRAINED")").py"
+    echo "[quickstart] $CONFIG starts from $PRETRAINED: training $CLASSIFIER first"
+    env -u TASK -u BACKBONE CONFIG="$CLASSIFIER" WORK_DIR="$(dirname "$PRETRAINED")" bash "$0"
+fi
 "$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR"
 CKPT="$(cat "$WORK_DIR/last_checkpoint")"
 "$PY" tools/test.py "$CONFIG" "$CKPT" --work-dir "$WORK_DIR" --show-dir vis \
@@ -52,4 +63,4 @@ CKPT="$(cat "$WORK_DIR/last_checkpoint")"
 "$PY" tools/analysis_tools/plot_loss.py "$WORK_DIR" --out "$WORK_DIR/loss_curve.png"
 echo "$(( $(date +%s) - start ))" > "$WORK_DIR/wall_seconds"
 
-"$PY" tools/analysis_tools/quickstart_report.py summary "$WORK_DIR"
+"$PY" tools/analysis_tools/quickstart_results.py summary "$WORK_DIR"

@@ -2,7 +2,8 @@
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out RESULTS.pkl] [--show-dir DIR]
                                            [--metrics-out JSON]
-                                           [--cfg-options k=v ...] [--launcher none|pytorch|slurm|mpi]
+                                           [--cfg-options k=v ...]
+                                           [--launcher none|pytorch|slurm|mpi]
 """
 import argparse
 import json

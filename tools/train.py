@@ -44,7 +44,8 @@ def main():
 
     if args.amp:
         if cfg.optim_wrapper.get('type', 'OptimWrapper') == 'AmpOptimWrapper':
-            print_log('AMP is already enabled in the config', logger='current', level=logging.WARNING)
+            print_log('AMP is already enabled in the config', logger='current',
+                      level=logging.WARNING)
         else:
             cfg.optim_wrapper.type = 'AmpOptimWrapper'
             cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')

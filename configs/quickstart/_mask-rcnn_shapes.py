@@ -1,5 +1,5 @@
 # Mask R-CNN on the shapes data, trained from scratch on the CPU: the recipe of every Mask R-CNN
-# quickstart (6 epochs, AdamW lr 1.5e-3, batch 8). A config sets model.backbone and
+# quickstart (8 epochs, AdamW lr 1.5e-3, batch 8). A config sets model.backbone and
 # neck.in_channels from the tables of _shapes_base.py (all four strides: backbones, channels).
 _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
@@ -18,7 +18,7 @@ model = dict(
         mask_head=dict(in_channels=neck_channels, conv_out_channels=neck_channels, num_classes=3)),
     # at most 5 objects per image: fewer proposals and sampled RoIs keep the CPU step short
     train_cfg=dict(rpn_proposal=dict(nms_pre=1000, max_per_img=300),
-                   rcnn=dict(sampler=dict(num=64))),
+                   rcnn=dict(sampler=dict(num=128))),
     test_cfg=dict(rpn=dict(nms_pre=500, max_per_img=300)))
 
 _load_masks = dict(type='LoadAnnotations', with_bbox=True, with_mask=True)
@@ -40,5 +40,5 @@ test_dataloader = val_dataloader
 val_evaluator = dict(metric=['bbox', 'segm'])
 test_evaluator = val_evaluator
 
-train_cfg = dict(max_epochs=6)
+train_cfg = dict(max_epochs=8)
 optim_wrapper = dict(optimizer=dict(lr=1.5e-3))

@@ -5,26 +5,27 @@
 # and runtime; a quickstart config only picks its backbone from the tables below.
 
 # CPU-sized variants of similar cost at 256 x 256 (params / GFLOPs of the backbone alone:
-# python tools/analysis_tools/get_flops.py). Every one is trained from scratch.
+# python tools/analysis_tools/get_flops.py). Trained from scratch, except UperNet's (below).
 backbones = dict(
     # A quarter-width TransCNN-Tiny: the official stage layout, grids and pool ratios.
     transcnn=dict(
         _delete_=True, type='mmhvit.TransCNN',
         arch=dict(embed_dims=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 4],
-                  expansions=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
+                  mlp_ratio=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
         drop_path_rate=0.),
     # NesT with blocks of 8 x 8 tokens (4 x 4 blocks at stride 4 on a 256 image) and the same
-    # widths: three levels 32/64/128, the stride-32 aggregation to 256 with one transformer layer.
+    # widths: levels 32/64/128, the stride-32 aggregation to 256 with one transformer layer.
     nest=dict(
         _delete_=True, type='mmhvit.NesT',
-        arch=dict(embed_dims=[32, 64, 128], depths=[1, 1, 2], num_heads=[1, 2, 4], block_size=8),
-        extra_depth=1, pretrain_img_size=256, drop_path_rate=0.),
+        arch=dict(embed_dims=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8],
+                  block_size=8),
+        pretrain_img_size=256, drop_path_rate=0.),
     # TNT with 4 blocks of 128-wide sentences (8-wide words); one block per pyramid output.
     tnt=dict(
         _delete_=True, type='mmhvit.TNT',
-        arch=dict(embed_dims_inner=8, embed_dims_outer=128, num_layers=4, num_heads_inner=2,
-                  num_heads_outer=4),
-        out_blocks=(1, 2, 3, 4), pretrain_img_size=256, drop_path_rate=0.),
+        arch=dict(embed_dims=128, inner_dims=8, depths=[1, 1, 1, 1], num_heads=4,
+                  inner_num_heads=2),
+        pretrain_img_size=256, drop_path_rate=0.),
     # The library's own ResNet-18 (type 'ResNet' resolves in the mmdet, mmseg and mmpretrain
     # scopes alike), from scratch, nothing frozen, BN in training mode as ours.
     r18=dict(
@@ -39,6 +40,17 @@ channels_c3_c5 = {name: c[1:] for name, c in channels.items()}
 # The stride-32 map only (a classifier's global pooling).
 backbones_c5 = {name: dict(cfg, out_indices=(3, )) for name, cfg in backbones.items()}
 channels_c5 = {name: c[3] for name, c in channels.items()}
+# Initialised from the classifier quickstart of the same backbone (TASK=cls; tools/quickstart.sh
+# runs it first when its checkpoint is missing), as ADE20K recipes start from ImageNet weights.
+classifier_checkpoints = dict(
+    transcnn='work_dirs/classifier_transcnn-q_20e_shapes/epoch_20.pth',
+    nest='work_dirs/classifier_nest-q_20e_shapes/epoch_20.pth',
+    tnt='work_dirs/classifier_tnt-q_20e_shapes/epoch_20.pth',
+    r18='work_dirs/classifier_r18_20e_shapes/epoch_20.pth')
+backbones_from_classifier = {
+    name: dict(cfg, init_cfg=dict(type='Pretrained', checkpoint=classifier_checkpoints[name],
+                                  prefix='backbone.'))
+    for name, cfg in backbones.items()}
 
 # From-scratch AdamW, warm-up then cosine decay over whatever train_cfg.max_epochs the task sets
 # (MMEngine ends a scheduler without `end` at the last epoch); the task sets lr.

@@ -1,7 +1,10 @@
-# UperNet on the shapes data (MMSeg img_dir/ann_dir layout: data/shapes/{img_dir,ann_dir}/{train,val},
-# label 0 = background, 1..3 = circle, square, triangle), trained from scratch on the CPU: the recipe
-# of every UperNet quickstart. A config sets model.backbone and decode_head.in_channels from the
-# tables of _shapes_base.py (all four strides: backbones, channels).
+# UperNet on the shapes data (MMSeg img_dir/ann_dir layout:
+# data/shapes/{img_dir,ann_dir}/{train,val}, label 0 = background, 1..3 = circle, square,
+# triangle) on the CPU: the recipe of every UperNet quickstart. A config sets model.backbone and
+# decode_head.in_channels from the tables of _shapes_base.py (all four strides:
+# backbones_from_classifier, channels). The backbone starts from the same backbone's classifier
+# quickstart, as ADE20K recipes start from ImageNet weights: from scratch, every backbone
+# (ResNet-18 too) labels every shape as one class (docs/quickstart_results.md).
 _base_ = [
     'mmseg::_base_/models/upernet_r50.py',
     'mmseg::_base_/default_runtime.py',
@@ -19,7 +22,7 @@ model = dict(
     # training batches are padded to 256 x 256 (labels with 255, ignored); test images keep
     # their own size
     data_preprocessor=dict(size=image_scale, test_cfg=None),
-    pretrained=None,  # from scratch
+    pretrained=None,  # the backbone's init_cfg loads the classifier's weights
     decode_head=dict(channels=64, num_classes=4, norm_cfg=norm_cfg),
     auxiliary_head=None)
 
@@ -41,8 +44,8 @@ _dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=metainfo,
 train_dataloader = dict(
     batch_size=8, num_workers=1, persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=True),
-    dataset=dict(**_dataset, data_prefix=dict(img_path='img_dir/train', seg_map_path='ann_dir/train'),
-                 pipeline=train_pipeline))
+    dataset=dict(**_dataset, pipeline=train_pipeline,
+                 data_prefix=dict(img_path='img_dir/train', seg_map_path='ann_dir/train')))
 val_dataloader = dict(
     batch_size=1, num_workers=1, persistent_workers=True,
     sampler=dict(type='DefaultSampler', shuffle=False),

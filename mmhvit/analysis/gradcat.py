@@ -30,7 +30,7 @@ def nest_gradcat(backbone: torch.nn.Module,
     """Walk a NesT's block tree top-down along the highest gradient x activation.
 
     Args:
-        backbone (NesT): The backbone inside ``logits_fn``; its levels are hooked.
+        backbone (NesT): The backbone inside ``logits_fn``; its ImageNet levels are hooked.
         logits_fn (callable): Normalised image batch -> class logits (N, classes), running
             ``backbone`` through its three NesT levels (a classifier with ``out_indices=(2,)``).
         image (Tensor): One normalised image (1, C, H, W).
@@ -44,15 +44,16 @@ def nest_gradcat(backbone: torch.nn.Module,
     if image.dim() != 4 or image.shape[0] != 1:
         raise ValueError(f'GradCAT explains one image: expected (1, C, H, W), got '
                          f'{tuple(image.shape)}')
-    num_levels = backbone.num_levels
-    levels = list(backbone.levels)[:num_levels]
+    num_levels = backbone.pretrained_stages
+    levels = list(backbone.stages)[:num_levels]
     if len(levels) < num_levels:
         raise ValueError(f'GradCAT needs all {num_levels} NesT levels; this backbone builds '
                          f'{len(levels)} (out_indices={backbone.out_indices})')
     activations = {}
+    # A stage returns (the map the next level takes, its output): the level's map is the first.
     hooks = [
         level.register_forward_hook(
-            lambda module, args, out, index=index: activations.__setitem__(index, out))
+            lambda module, args, out, index=index: activations.__setitem__(index, out[0]))
         for index, level in enumerate(levels)
     ]
     try:

@@ -1,17 +1,16 @@
-"""Loading checkpoints into the backbones: official layouts converted on the fly, every key accounted."""
+"""Reading checkpoints (any container, any wrapper) and writing classifier checkpoints."""
 from collections import OrderedDict
 from typing import Dict, Optional
 
 import torch
-from mmengine.logging import print_log
 from mmengine.runner.checkpoint import CheckpointLoader
 
 
 def read_state_dict(filename: str) -> Dict[str, torch.Tensor]:
     """Read the tensors of a checkpoint file or URL (``.pth``, ``.pth.tar`` or ``.safetensors``).
 
-    Unwraps the containers that training scripts write (``state_dict``, ``model``, ``state_dict_ema``
-    is not taken: the plain weights win when both exist).
+    Unwraps the containers that training scripts write (``state_dict``, ``model``;
+    ``state_dict_ema`` is not taken: the plain weights win when both exist).
     """
     if str(filename).endswith('.safetensors'):
         from safetensors.torch import load_file
@@ -28,45 +27,28 @@ def read_state_dict(filename: str) -> Dict[str, torch.Tensor]:
 
 def strip_prefix(state_dict: Dict[str, torch.Tensor], prefix: Optional[str],
                  filename: str = '') -> Dict[str, torch.Tensor]:
-    """Keep the keys under ``prefix`` (e.g. ``backbone.``), without it, as mmengine's Pretrained does."""
+    """Keep the keys under ``prefix`` (e.g. ``backbone.``), without it, as MMEngine's
+    ``Pretrained`` does."""
     if not prefix:
         return state_dict
     if not prefix.endswith('.'):
         prefix += '.'
-    picked = OrderedDict((k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
+    picked = OrderedDict(
+        (k[len(prefix):], v) for k, v in state_dict.items() if k.startswith(prefix))
     if not picked:
         raise KeyError(f'no key of checkpoint {filename} starts with prefix "{prefix}"')
     return picked
 
 
-def load_converted_state_dict(model: torch.nn.Module, state_dict: Dict[str, torch.Tensor],
-                              source: str = 'checkpoint') -> None:
-    """Load an already converted state dict non-strictly, after checking that it fits the model.
-
-    Every shape mismatch is collected first; when there is any, the model's ``describe_checkpoint``
-    names the architecture that the checkpoint was made for, and loading fails with one error naming
-    both archs. Missing and unexpected keys are logged, never dropped silently.
-    """
-    own = model.state_dict()
-    mismatched = [
-        f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}'
-        for key, value in state_dict.items()
-        if key in own and value.shape != own[key].shape and not model.is_resizable_key(key)
-    ]
-    if mismatched:
-        raise ValueError(
-            f'{source} was made for {type(model).__name__} arch '
-            f'{model.describe_checkpoint(state_dict)}, but this model is arch {model.arch_name}; '
-            f'{len(mismatched)} tensors differ in shape, e.g. ' + '; '.join(mismatched[:3]))
-    result = model.load_state_dict(state_dict, strict=False)
-    if result.missing_keys:
-        print_log(f'{source}: {len(result.missing_keys)} missing keys (left at their initial '
-                  f'values): {result.missing_keys}', logger='current', level=30)
-    if result.unexpected_keys:
-        print_log(f'{source}: {len(result.unexpected_keys)} unexpected keys (ignored): '
-                  f'{result.unexpected_keys}', logger='current', level=30)
-    if not result.missing_keys and not result.unexpected_keys:
-        print_log(f'{source}: all {len(state_dict)} tensors loaded', logger='current')
+def unwrap_state_dict(state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """The backbone's tensors of a DDP-wrapped (``module.``) or MMPretrain-classifier
+    (``backbone.``, with ``head.*`` beside it) state dict; any other passes unchanged."""
+    if state_dict and all(k.startswith('module.') for k in state_dict):
+        state_dict = OrderedDict((k[len('module.'):], v) for k, v in state_dict.items())
+    if any(k.startswith('backbone.') for k in state_dict):
+        state_dict = OrderedDict((k[len('backbone.'):], v) for k, v in state_dict.items()
+                                 if k.startswith('backbone.'))
+    return state_dict
 
 
 def save_classifier_checkpoint(state_dict: Dict[str, torch.Tensor], dst: str, meta: dict) -> None:

@@ -12,7 +12,7 @@ import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import get_shape
 
-from mmhvit.models.layers import sdpa_only
+from mmhvit.models.layers import set_attention_kernel
 
 
 def sdpa_flop_jit(inputs: List[Any], outputs: List[Any]) -> int:
@@ -29,8 +29,14 @@ def count_flops(model: nn.Module, inputs: Tuple, with_attention: bool) -> int:
         analyzer.set_op_handle('aten::scaled_dot_product_attention', sdpa_flop_jit)
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
-    with sdpa_only():  # the CPU's short-sequence matmuls would hide among the other matmuls
+    # The CPU's short-sequence matmuls would hide among the other matmuls: route this model's
+    # attention through SDPA while counting.
+    previous = set_attention_kernel(model, 'sdpa')
+    try:
         return analyzer.total()
+    finally:
+        for module, kernel in previous.items():
+            module.attn_kernel = kernel
 
 
 def count_params(model: nn.Module) -> int:

@@ -1,4 +1,5 @@
-"""Measure the backbones: params/FLOPs against the papers, speed against timm, cost against input size.
+"""Measure the backbones: params/FLOPs against the papers, speed against timm, cost against input
+size.
 
     python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu]
         [--families TransCNN NesT TNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
@@ -281,7 +282,8 @@ def section_params(args) -> List[str]:
             del model
     return [
         '## Params and FLOPs of the ImageNet classifiers', '',
-        'FLOPs are multiply-adds of one image, counted by MMEngine\'s counter; "without attn" leaves '
+        'FLOPs are multiply-adds of one image, counted by MMEngine\'s counter; "without attn" '
+        'leaves '
         'out the two matrix products of attention (QK^T and AV), as the official TransCNN figures '
         'do; "with attn" counts them. Official figures from the papers (TransCNN publishes none '
         'at 256 that we could confirm: "—").', '',
@@ -308,7 +310,7 @@ def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None
             rows.append(f'| {family}-{"T" if family == "NesT" else "S"} vs timm | {batch} | '
                         f'{t_ours * 1e3:.1f} | {t_ref * 1e3:.1f} | {t_ours / t_ref:.2f} | '
                         f'{diff:.1e} |')
-        del reference, ours
+        reference = ours = None  # free them before the next family
     if 'TransCNN' in args.families:
         arch = SCALING_ARCHS['TransCNN']
         hmhsa = build_backbone('TransCNN', arch).eval().to(device)
@@ -419,6 +421,7 @@ def section_gpu_training(args) -> List[str]:
     """RetinaNet training steps at 800x1333, batch 2, bf16 autocast, for each backbone."""
     from mmdet.registry import MODELS
     from mmdet.testing import demo_mm_inputs
+
     import mmhvit  # noqa: F401
     init_default_scope('mmdet')
     rows = []
@@ -444,7 +447,7 @@ def section_gpu_training(args) -> List[str]:
         with PeakMemory('cuda') as mem:
             seconds = median_time(step, args.repeats, 3, 'cuda')
         rows.append(f'| RetinaNet + {family} | {2 / seconds:.1f} | {mem.peak / 2**30:.1f} |')
-        del model, optimizer
+        model = optimizer = None  # free them before the next family
     return ['## RetinaNet training throughput (GPU, bf16 autocast, 800x1333, batch 2)', '',
             '| model | images / s | peak memory (GiB) |', '|---|---|---|', *rows, '']
 

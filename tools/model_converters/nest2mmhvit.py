@@ -11,7 +11,6 @@ or ``.safetensors``. DST loads into ``configs/nest_t_in1k.py`` (other archs: set
 import argparse
 import os.path as osp
 
-
 from mmhvit.models.backbones.nest import convert_nest_checkpoint, describe_nest_checkpoint
 from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
 

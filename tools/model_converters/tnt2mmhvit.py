@@ -11,9 +11,11 @@ import argparse
 import os.path as osp
 from collections import OrderedDict
 
-
-from mmhvit.models.backbones.tnt import (convert_tnt_checkpoint, describe_tnt_checkpoint,
-                                         detect_tnt_layout)
+from mmhvit.models.backbones.tnt import (
+    convert_tnt_checkpoint,
+    describe_tnt_checkpoint,
+    detect_tnt_layout,
+)
 from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
 
 

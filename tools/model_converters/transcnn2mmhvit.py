@@ -10,8 +10,11 @@ the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (prin
 import argparse
 import os.path as osp
 
-from mmhvit.models.backbones.transcnn import (convert_transcnn_checkpoint,
-                                              describe_transcnn_checkpoint, is_official_transcnn)
+from mmhvit.models.backbones.transcnn import (
+    convert_transcnn_checkpoint,
+    describe_transcnn_checkpoint,
+    is_official_transcnn,
+)
 from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
 
 

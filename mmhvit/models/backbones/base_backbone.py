@@ -1,92 +1,196 @@
+"""The contract every mmhvit backbone fulfils, and the mechanisms the three families share."""
 import copy
+import logging
+import numbers
 import warnings
-from typing import List, Optional, Sequence, Union
+from abc import ABCMeta, abstractmethod
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+from mmengine.logging import print_log
 from mmengine.model import BaseModule
+from mmengine.model.weight_init import initialize
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..checkpoint import load_converted_state_dict, read_state_dict, strip_prefix
+from ..checkpoint import read_state_dict, strip_prefix, unwrap_state_dict
+from ..layers import BackboneStage
 
-MIN_INPUT_SIZE = 32
 
+class HViTBackbone(BaseModule, metaclass=ABCMeta):
+    """Base of the three families: one vocabulary, one implementation of each OpenMMLab mechanism.
 
-class HViTBackbone(BaseModule):
-    """What the three backbones share: the OpenMMLab contract around their own layers.
+    Every backbone is a stem (``patch_embed``) and ``num_stages`` stages (``stages``, each a
+    :class:`BackboneStage`); output i is the map after stage i + 1 (strides 4, 8, 16, 32). Only the
+    stages up to the deepest requested output are built, so that no parameter is left without a
+    gradient (DDP). The base implements argument checks, the arch zoo, the drop-path schedule,
+    gradient checkpointing, ``frozen_stages`` and ``norm_eval``, default initialisation,
+    ``init_cfg`` (single or list; ``Pretrained`` entries load through the family's converter) and
+    the logged resizing of position embeddings on load.
 
-    Subclasses define ``arch_zoo``, ``essential_keys`` and ``optional_keys`` (read by
-    ``parse_arch``), set ``self.arch_name``, call ``self._freeze_stages()`` at the end of ``__init__``, and
-    implement ``stage_modules`` (module lists for the stem and
-    each of the ``num_stages`` stages, for ``frozen_stages``), ``convert_checkpoint`` (official
-    layouts -> ours; our own keys pass through) and ``describe_checkpoint`` (the arch a state dict
-    was made for). ``init_cfg=dict(type='Pretrained', checkpoint=..., prefix=...)`` loads through
-    the converter; other ``init_cfg`` types go to MMEngine.
+    A family defines the class data ``arch_zoo``, ``essential_keys``, ``optional_keys`` (custom-arch
+    keys with their defaults), ``renamed_arch_keys`` (deprecated arch key -> current key),
+    ``default_norm_cfg`` and ``default_act_cfg``, and implements the abstract methods.
 
     Args:
-        in_channels (int): Image channels.
-        out_indices (Sequence[int]): Which outputs (0..num_outputs-1) to return.
-        frozen_stages (int): -1: nothing frozen; 0: the stem; i: the stem and stages 1..i.
-        norm_eval (bool): Keep norm layers (BN statistics) in eval mode during training.
-        with_cp (bool): Gradient checkpointing of the blocks (saves memory, costs time).
-        pretrained (str, optional): Deprecated; use ``init_cfg``.
-        init_cfg (dict, optional): Initialisation config.
+        arch (str | dict): A name of ``arch_zoo`` (case-insensitive) or a custom arch dict.
+        in_channels (int): Image channels. Default: 3.
+        out_indices (Sequence[int] | int): Outputs to return, from 0..3 (negative counts from the
+            end); returned in stage order. Default: all four.
+        drop_rate (float): Dropout after projections and in MLPs. Default: 0.
+        attn_drop_rate (float): Dropout on attention weights. Default: 0.
+        drop_path_rate (float): Stochastic depth, linear from 0 over all blocks. Default: 0.1.
+        qkv_bias (bool, optional): Bias of the query/key/value projections; None: the arch's
+            (what its official weights have).
+        norm_cfg (dict, optional): Norm layers; None: the family's (``default_norm_cfg``).
+        act_cfg (dict, optional): Activation; None: the family's (``default_act_cfg``).
+        frozen_stages (int): -1: nothing frozen; 0: the stem; k: the stem and stages 1..k (their
+            parameters never require grad and their modules stay in eval mode). Default: -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training. Default: False.
+        with_cp (bool): Gradient checkpointing of every block (less memory, more time).
+            Default: False.
+        pretrained (str, optional): Deprecated, use ``init_cfg``.
+        init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
+            prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are
+            converted on load. None: the family's official initialisation.
     """
 
-    num_outputs = 4
-    arch_zoo: dict = {}
-    essential_keys: tuple = ()
-    optional_keys: dict = {}  # custom-arch keys that may be left out, with their defaults
+    num_stages = 4
+    arch_zoo: Dict[str, dict] = {}
+    essential_keys: Tuple[str, ...] = ()
+    optional_keys: Dict[str, object] = {}
+    renamed_arch_keys: Dict[str, str] = {}
+    default_norm_cfg: dict = dict(type='LN')
+    default_act_cfg: dict = dict(type='GELU')
 
     def __init__(self,
+                 arch: Union[str, dict],
                  in_channels: int = 3,
-                 out_indices: Sequence[int] = (0, 1, 2, 3),
+                 out_indices: Union[int, Sequence[int]] = (0, 1, 2, 3),
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.1,
+                 qkv_bias: Optional[bool] = None,
+                 norm_cfg: Optional[dict] = None,
+                 act_cfg: Optional[dict] = None,
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
-        if pretrained is not None:
-            if init_cfg is not None:
-                raise ValueError('init_cfg and pretrained cannot be set at the same time')
-            warnings.warn('"pretrained" is deprecated; use init_cfg=dict(type="Pretrained", '
-                          'checkpoint=...)', DeprecationWarning)
-            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        super().__init__(init_cfg=init_cfg)
-        if isinstance(out_indices, int):
-            out_indices = (out_indices, )
-        out_indices = tuple(i + self.num_outputs if i < 0 else i for i in out_indices)
-        if not out_indices or any(not 0 <= i < self.num_outputs for i in out_indices):
-            raise ValueError(f'out_indices {out_indices} must name outputs in '
-                             f'0..{self.num_outputs - 1}')
+        super().__init__(init_cfg=self._init_cfg_with_pretrained(pretrained, init_cfg))
+        self._check_arguments(in_channels, drop_rate, attn_drop_rate, drop_path_rate, qkv_bias,
+                              norm_cfg, act_cfg, frozen_stages, norm_eval, with_cp)
+        self.arch_name, self.arch_settings = self._select_arch(arch)
         self.in_channels = in_channels
-        self.out_indices = out_indices
-        self.frozen_stages = frozen_stages
-        self.norm_eval = norm_eval
-        self.with_cp = with_cp
+        self.out_indices = self._normalise_out_indices(out_indices)
+        self.num_built_stages = max(self.out_indices) + 1
+        self.drop_rate, self.attn_drop_rate = drop_rate, attn_drop_rate
+        self.drop_path_rate = drop_path_rate
+        self.qkv_bias = self.arch_settings['qkv_bias'] if qkv_bias is None else qkv_bias
+        self.norm_cfg = copy.deepcopy(norm_cfg or self.default_norm_cfg)
+        self.act_cfg = copy.deepcopy(act_cfg or self.default_act_cfg)
+        self.frozen_stages, self.norm_eval, self.with_cp = frozen_stages, norm_eval, with_cp
 
-    # --- to implement -------------------------------------------------------------------------
-    def stage_modules(self, index: int) -> List[nn.Module]:
-        """Modules of the stem (index 0) or of stage ``index`` (1-based), for freezing."""
-        raise NotImplementedError
+        self.stages = nn.ModuleList()
+        self.stage_channels: Tuple[int, ...] = ()
+        self._build_layers()
+        self._check_built()
+        for stage in self.stages:
+            stage.with_cp = with_cp
+        self._freeze_stages()
+        self._register_load_state_dict_pre_hook(self._resize_pos_embed_hook)
 
-    def convert_checkpoint(self, state_dict: dict) -> dict:
-        raise NotImplementedError
+    # --- what a family implements -------------------------------------------------------------
+    @abstractmethod
+    def _build_layers(self) -> None:
+        """Build ``patch_embed``, ``stages`` (the first ``num_built_stages``) and set
+        ``stage_channels`` (the channels of each of the ``num_stages`` outputs)."""
 
-    def describe_checkpoint(self, state_dict: dict) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def _forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """The requested outputs of a checked input, in stage order."""
 
-    def is_resizable_key(self, key: str) -> bool:
-        """Keys whose shape may differ from the model's (resized on load, e.g. position embeddings)."""
-        return False
+    @abstractmethod
+    def init_default_weights(self) -> None:
+        """The family's official initialisation (used when no ``init_cfg`` says otherwise)."""
 
-    # --- shared behaviour ---------------------------------------------------------------------
+    @abstractmethod
+    def convert_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Official / timm / mmpretrain / our older layouts -> this backbone's keys (no head)."""
+
+    @abstractmethod
+    def describe_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> str:
+        """The arch a converted state dict was made for (for error messages)."""
+
+    def pos_embed_keys(self) -> Tuple[str, ...]:
+        """Position embeddings that a checkpoint may hold at another size (resized on load)."""
+        return ()
+
+    def resize_pos_embed(self, key: str, value: torch.Tensor) -> Optional[torch.Tensor]:
+        """``value`` of position embedding ``key`` resized to this model's; None if it cannot be
+        (the shape mismatch is then reported as one)."""
+        return None
+
+    # --- arguments ----------------------------------------------------------------------------
+    @staticmethod
+    def _init_cfg_with_pretrained(pretrained, init_cfg):
+        if pretrained is None:
+            return init_cfg
+        if not isinstance(pretrained, str):
+            raise TypeError(f'pretrained must be a str (a checkpoint path or URL) or None, got '
+                            f'{type(pretrained).__name__}')
+        if init_cfg is not None:
+            raise ValueError('init_cfg and pretrained cannot be set at the same time')
+        warnings.warn('"pretrained" is deprecated; use init_cfg=dict(type="Pretrained", '
+                      'checkpoint=...)', DeprecationWarning)
+        return dict(type='Pretrained', checkpoint=pretrained)
+
+    def _check_arguments(self, in_channels, drop_rate, attn_drop_rate, drop_path_rate, qkv_bias,
+                         norm_cfg, act_cfg, frozen_stages, norm_eval, with_cp) -> None:
+        name = type(self).__name__
+        if not _is_int(in_channels) or in_channels < 1:
+            raise TypeError(f'{name}: in_channels must be a positive int, got {in_channels!r}')
+        for arg, value in (('drop_rate', drop_rate), ('attn_drop_rate', attn_drop_rate),
+                           ('drop_path_rate', drop_path_rate)):
+            if not isinstance(value, numbers.Real) or isinstance(value, bool) \
+                    or not 0 <= value < 1:
+                raise ValueError(f'{name}: {arg} must be a number in [0, 1), got {value!r}')
+        for arg, value in (('norm_eval', norm_eval), ('with_cp', with_cp)):
+            if not isinstance(value, bool):
+                raise TypeError(f'{name}: {arg} must be a bool, got {value!r}')
+        if qkv_bias is not None and not isinstance(qkv_bias, bool):
+            raise TypeError(f'{name}: qkv_bias must be a bool or None, got {qkv_bias!r}')
+        for arg, value in (('norm_cfg', norm_cfg), ('act_cfg', act_cfg)):
+            if value is not None and not (isinstance(value, dict) and 'type' in value):
+                raise TypeError(f'{name}: {arg} must be a dict with a "type" or None, got '
+                                f'{value!r}')
+        if not _is_int(frozen_stages) or not -1 <= frozen_stages <= self.num_stages:
+            raise ValueError(f'{name}: frozen_stages must be an int in -1..{self.num_stages} '
+                             f'(-1 nothing, 0 the stem, k the stem and stages 1..k), got '
+                             f'{frozen_stages!r}')
+
+    def _normalise_out_indices(self, out_indices) -> Tuple[int, ...]:
+        name = type(self).__name__
+        if _is_int(out_indices):
+            out_indices = (out_indices, )
+        if not isinstance(out_indices, Sequence) or not out_indices \
+                or not all(_is_int(i) for i in out_indices):
+            raise TypeError(f'{name}: out_indices must be an int or a non-empty sequence of ints, '
+                            f'got {out_indices!r}')
+        indices = [i + self.num_stages if i < 0 else i for i in out_indices]
+        if any(not 0 <= i < self.num_stages for i in indices) or len(set(indices)) != len(indices):
+            raise ValueError(f'{name}: out_indices {tuple(out_indices)} must name distinct '
+                             f'outputs in 0..{self.num_stages - 1}')
+        return tuple(sorted(indices))
+
     @classmethod
     def parse_arch(cls, arch: Union[str, dict]) -> dict:
         """A fresh settings dict for a zoo name (case-insensitive) or a custom arch dict.
 
         A custom dict must hold every ``essential_keys`` entry and nothing outside those and
-        ``optional_keys``, whose defaults fill what it leaves out.
+        ``optional_keys``, whose defaults fill what it leaves out. Keys renamed in this release
+        (``renamed_arch_keys``) are still read, with a deprecation warning.
         """
         name = cls.__name__
         allowed = f'{list(cls.essential_keys)} (optional: {list(cls.optional_keys)})'
@@ -96,6 +200,7 @@ class HViTBackbone(BaseModule):
                                  f'{sorted(cls.arch_zoo)}, or a dict with the keys {allowed}')
             arch = cls.arch_zoo[arch.lower()]
         elif isinstance(arch, dict):
+            arch = cls._rename_arch_keys(arch)
             missing = [k for k in cls.essential_keys if k not in arch]
             unknown = sorted(set(arch) - set(cls.essential_keys) - set(cls.optional_keys))
             if missing or unknown:
@@ -107,17 +212,84 @@ class HViTBackbone(BaseModule):
         settings.update(copy.deepcopy(arch))
         return settings
 
+    @classmethod
+    def _rename_arch_keys(cls, arch: dict) -> dict:
+        renamed = {old: new for old, new in cls.renamed_arch_keys.items() if old in arch}
+        if not renamed:
+            return arch
+        warnings.warn(f'{cls.__name__}: arch keys {list(renamed)} are deprecated; use '
+                      f'{list(renamed.values())}', DeprecationWarning)
+        return {renamed.get(k, k): v for k, v in arch.items()}
+
+    def _select_arch(self, arch) -> Tuple[str, dict]:
+        settings = self.check_arch(self.parse_arch(arch))
+        if isinstance(arch, str):
+            return self.canonical_arch_name(arch.lower()), settings
+        for name, zoo_arch in self.arch_zoo.items():
+            if self.parse_arch(name) == settings:
+                return self.canonical_arch_name(name), settings
+        return f'custom {settings}', settings
+
+    def canonical_arch_name(self, name: str) -> str:
+        """The zoo's long name for an alias (``'t'`` -> ``'tiny'``)."""
+        return name
+
+    def check_arch(self, settings: dict) -> dict:
+        """Validate (and normalise) parsed arch settings; the family adds its own rules."""
+        name = type(self).__name__
+        for key in ('depths', 'embed_dims', 'num_heads'):
+            values = settings.get(key)
+            if isinstance(values, (list, tuple)) and len(values) != self.num_stages:
+                raise ValueError(f'{name}: arch {key} needs {self.num_stages} values (one per '
+                                 f'stage), got {list(values)}')
+        return settings
+
+    def _check_built(self) -> None:
+        if len(self.stages) != self.num_built_stages or len(
+                self.stage_channels) != self.num_stages:
+            raise RuntimeError(f'{type(self).__name__}._build_layers must build '
+                               f'{self.num_built_stages} stages and name {self.num_stages} '
+                               'stage channels')
+        if not all(isinstance(stage, BackboneStage) for stage in self.stages):
+            raise TypeError(f'{type(self).__name__}: every stage must be a BackboneStage')
+
+    @property
+    def out_channels(self) -> Tuple[int, ...]:
+        """Channels of each returned map, in ``out_indices`` order (a neck's ``in_channels``)."""
+        return tuple(self.stage_channels[i] for i in self.out_indices)
+
+    def drop_path_schedule(self, depths: Sequence[int]) -> List[List[float]]:
+        """Per-stage drop-path rates, linear from 0 to ``drop_path_rate`` over all blocks."""
+        total = sum(depths)
+        rates = [self.drop_path_rate * i / max(total - 1, 1) for i in range(total)]
+        starts = [sum(depths[:i]) for i in range(len(depths))]
+        return [rates[start:start + depth] for start, depth in zip(starts, depths)]
+
+    # --- forward ------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """A tuple of NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x ceil(W / s)."""
+        self.check_input(x)
+        return tuple(self._forward(x))
+
     def check_input(self, x: torch.Tensor) -> None:
         """One clear error for an input this backbone cannot take."""
-        if x.dim() != 4:
-            raise ValueError(f'{type(self).__name__} expects an NCHW batch, got a tensor of shape '
-                             f'{tuple(x.shape)}')
+        name = type(self).__name__
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f'{name} expects an NCHW batch tensor, got {shape}')
         if x.shape[1] != self.in_channels:
-            raise ValueError(f'{type(self).__name__} was built for {self.in_channels} input '
-                             f'channels, got {x.shape[1]} (input shape {tuple(x.shape)})')
-        if min(x.shape[-2:]) < MIN_INPUT_SIZE:
-            raise ValueError(f'{type(self).__name__} needs images of at least {MIN_INPUT_SIZE}x'
-                             f'{MIN_INPUT_SIZE} pixels, got {x.shape[-2]}x{x.shape[-1]}')
+            raise ValueError(f'{name} was built for {self.in_channels} input channels, got '
+                             f'{x.shape[1]} (input shape {tuple(x.shape)})')
+        if min(x.shape[-2:]) < 1:
+            raise ValueError(f'{name} needs images of at least 1x1 pixel, got '
+                             f'{x.shape[-2]}x{x.shape[-1]}')
+
+    # --- freezing, norm_eval ------------------------------------------------------------------
+    def stage_modules(self, index: int) -> List[nn.Module]:
+        """The stem (index 0) or stage ``index`` (1-based); [] for a stage that is not built."""
+        if index == 0:
+            return [self.patch_embed]
+        return [self.stages[index - 1]] if index <= len(self.stages) else []
 
     def _freeze_stages(self) -> None:
         for index in range(self.frozen_stages + 1):
@@ -135,12 +307,70 @@ class HViTBackbone(BaseModule):
                     module.eval()
         return self
 
+    # --- initialisation and checkpoints ---------------------------------------------------------
     def init_weights(self) -> None:
-        cfg = self.init_cfg
-        if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
-            filename = cfg['checkpoint']
-            state_dict = strip_prefix(read_state_dict(filename), cfg.get('prefix'), filename)
-            load_converted_state_dict(self, self.convert_checkpoint(state_dict), source=filename)
-            self._is_init = True
-            return
-        super().init_weights()
+        """The official initialisation (or the non-``Pretrained`` ``init_cfg`` entries), then
+        every ``Pretrained`` entry through the family's converter."""
+        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else \
+            [self.init_cfg] if self.init_cfg else []
+        pretrained = [c for c in cfgs if c.get('type') == 'Pretrained']
+        others = [c for c in cfgs if c.get('type') != 'Pretrained']
+        if others:
+            initialize(self, others)
+        else:
+            self.init_default_weights()
+        for cfg in pretrained:
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+        self._is_init = True
+
+    def load_pretrained(self, filename: str, prefix: Optional[str] = None) -> None:
+        """Load a checkpoint file or URL of any known layout (keys under ``prefix`` only)."""
+        state_dict = unwrap_state_dict(strip_prefix(read_state_dict(filename), prefix, filename))
+        self.load_converted(self.convert_checkpoint(state_dict), source=filename)
+
+    def load_converted(self, state_dict: Dict[str, torch.Tensor],
+                       source: str = 'checkpoint') -> None:
+        """Load an already converted state dict non-strictly, after checking that it fits.
+
+        Every shape mismatch is collected first; when there is any, loading fails with one error
+        that names the checkpoint's arch and this model's. Missing and unexpected keys are
+        logged, never dropped silently.
+        """
+        own = self.state_dict()
+        resizable = set(self.pos_embed_keys())
+        mismatched = [
+            f'{key}: checkpoint {tuple(value.shape)} vs model {tuple(own[key].shape)}'
+            for key, value in state_dict.items()
+            if key in own and value.shape != own[key].shape and key not in resizable
+        ]
+        if mismatched:
+            raise ValueError(
+                f'{source} was made for {type(self).__name__} arch '
+                f'{self.describe_checkpoint(state_dict)}, but this model is arch {self.arch_name}; '
+                f'{len(mismatched)} tensors differ in shape, e.g. ' + '; '.join(mismatched[:3]))
+        result = self.load_state_dict(state_dict, strict=False)
+        if result.missing_keys:
+            print_log(f'{source}: {len(result.missing_keys)} missing keys (left at their initial '
+                      f'values): {result.missing_keys}', logger='current', level=logging.WARNING)
+        if result.unexpected_keys:
+            print_log(f'{source}: {len(result.unexpected_keys)} unexpected keys (ignored): '
+                      f'{result.unexpected_keys}', logger='current', level=logging.WARNING)
+        if not result.missing_keys and not result.unexpected_keys:
+            print_log(f'{source}: all {len(state_dict)} tensors loaded', logger='current')
+
+    def _resize_pos_embed_hook(self, state_dict, prefix, *args, **kwargs) -> None:
+        own = dict(self.named_parameters())
+        for key in self.pos_embed_keys():
+            value = state_dict.get(prefix + key)
+            if value is None or key not in own or value.shape == own[key].shape:
+                continue
+            resized = self.resize_pos_embed(key, value)
+            if resized is None:
+                continue  # a genuine mismatch: load_state_dict reports it
+            state_dict[prefix + key] = resized
+            print_log(f'{type(self).__name__}: resized {key} from {tuple(value.shape)} to '
+                      f'{tuple(resized.shape)}', logger='current')
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -8,25 +8,31 @@ any input size and offers the paper's iterative H-MHSA as ``attn_mode='iterative
 """
 import re
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
 from mmcv.cnn import build_activation_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
-from mmengine.model import BaseModule
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
-from ..layers import (build_norm2d, multihead_attention, pad_nhwc, padding_to_multiple,
-                      window_key_mask, window_partition, window_reverse)
+from ..layers import (
+    BackboneStage,
+    build_norm2d,
+    multihead_attention,
+    pad_nhwc,
+    padding_to_multiple,
+    window_key_mask,
+    window_partition,
+    window_reverse,
+)
 from .base_backbone import HViTBackbone
 
 
-def grid_attention(qkv: torch.Tensor, grid_size: int, num_heads: int) -> torch.Tensor:
+def grid_attention(qkv: torch.Tensor, grid_size: int, attention: Callable) -> torch.Tensor:
     """Attention inside non-overlapping ``grid_size`` x ``grid_size`` windows.
 
     Args:
@@ -34,7 +40,7 @@ def grid_attention(qkv: torch.Tensor, grid_size: int, num_heads: int) -> torch.T
         grid_size (int): Window side G. H and W need not be multiples of G: the map is padded at
             the bottom/right and the padded tokens are masked out as keys (their own outputs are
             cropped away), so the valid outputs equal attention over the valid tokens only.
-        num_heads (int): Attention heads.
+        attention (callable): ``attention(q, k, v, key_mask=...)`` on (B', N, C) token groups.
 
     Returns:
         Tensor: (B, H, W, C).
@@ -43,7 +49,7 @@ def grid_attention(qkv: torch.Tensor, grid_size: int, num_heads: int) -> torch.T
     pad_h, pad_w = padding_to_multiple(height, width, grid_size)
     windows = window_partition(pad_nhwc(qkv, pad_h, pad_w), grid_size, grid_size)
     key_mask = window_key_mask(height, width, pad_h, pad_w, grid_size, grid_size, qkv.device)
-    out = multihead_attention(*windows.chunk(3, dim=-1), num_heads, key_mask=key_mask)
+    out = attention(*windows.chunk(3, dim=-1), key_mask=key_mask)
     out = window_reverse(out, grid_size, grid_size, height + pad_h, width + pad_w)
     return out[:, :height, :width] if pad_h or pad_w else out
 
@@ -63,7 +69,7 @@ def pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
     return pool(x, kernel, cell, ceil_mode=True)
 
 
-class HMHSA(BaseModule):
+class HMHSA(nn.Module):
     """Hierarchical multi-head self-attention on an NCHW map.
 
     ``mode='official'`` (the released code, which has the pretrained weights), for G > 1:
@@ -80,59 +86,71 @@ class HMHSA(BaseModule):
     With G = 1 both modes are plain global MHSA: ``proj(A(qkv(norm(x))))``.
 
     Args:
-        dim (int): Channels.
-        num_heads (int): Heads (the official models use dim // 64).
+        embed_dims (int): Channels.
+        num_heads (int): Heads (the official models use embed_dims // 64).
         grid_size (int): Window side G.
         ds_ratio (int): Pooling ratio r of the keys/values of the official global step.
         mode (str): 'official' or 'iterative'.
-        drop (float): Channel dropout on the output (``nn.Dropout2d``, as the official code).
+        qkv_bias (bool): Bias of the qkv, q and kv projections.
+        drop_rate (float): Channel dropout on the output (``nn.Dropout2d``, as the official code).
+        attn_drop_rate (float): Dropout on the attention weights.
         norm_cfg (dict): Norm config.
-        init_cfg (dict, optional): Initialisation config.
     """
 
-    def __init__(self, dim: int, num_heads: int, grid_size: int = 1, ds_ratio: int = 1,
-                 mode: str = 'official', drop: float = 0., norm_cfg: dict = dict(type='BN'),
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
+    def __init__(self, embed_dims: int, num_heads: int, grid_size: int = 1, ds_ratio: int = 1,
+                 mode: str = 'official', qkv_bias: bool = True, drop_rate: float = 0.,
+                 attn_drop_rate: float = 0., norm_cfg: dict = dict(type='BN')):
+        super().__init__()
         self.num_heads = num_heads
         self.grid_size = grid_size
         self.ds_ratio = ds_ratio
         self.mode = mode
+        self.attn_drop_rate = attn_drop_rate
+        self.attn_kernel = 'auto'  # see set_attention_kernel
         # 1x1 convolutions in the official code: Linear layers on channels-last tokens here.
-        self.norm = build_norm2d(norm_cfg, dim)
-        self.qkv = nn.Linear(dim, dim * 3)
+        self.norm = build_norm2d(norm_cfg, embed_dims)
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         if grid_size > 1 and mode == 'official':
-            self.grid_norm = build_norm2d(norm_cfg, dim)
-            self.ds_norm = build_norm2d(norm_cfg, dim)
-            self.q = nn.Linear(dim, dim)
-            self.kv = nn.Linear(dim, dim * 2)
-        self.proj = nn.Linear(dim, dim)
-        self.drop = nn.Dropout2d(drop)
+            self.grid_norm = build_norm2d(norm_cfg, embed_dims)
+            self.ds_norm = build_norm2d(norm_cfg, embed_dims)
+            self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+            self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.drop = nn.Dropout2d(drop_rate)
+
+    def _attention(self, q, k, v, key_mask=None):
+        return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
+                                   dropout_p=self.attn_drop_rate if self.training else 0.,
+                                   kernel=self.attn_kernel)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, height, width = x.shape
         normed = self.norm(x).permute(0, 2, 3, 1)
         qkv = self.qkv(normed)
         if self.grid_size == 1:
-            out = multihead_attention(*qkv.flatten(1, 2).chunk(3, dim=-1), self.num_heads)
+            out = self._attention(*qkv.flatten(1, 2).chunk(3, dim=-1))
         elif self.mode == 'official':
-            local = grid_attention(qkv, self.grid_size, self.num_heads)
-            y = self.grid_norm(x + local.permute(0, 3, 1, 2))
-            pooled = self.ds_norm(pool_cells(y, self.ds_ratio, 'avg'))
-            k, v = self.kv(pooled.flatten(2).transpose(1, 2)).chunk(2, dim=-1)
-            y = y.flatten(2).transpose(1, 2)
-            out = multihead_attention(self.q(y), k, v, self.num_heads) + y
+            out = self._official_steps(x, qkv)
         else:
-            out = self._iterative(normed, qkv)
+            out = self._iterative_steps(normed, qkv)
         out = self.proj(out).reshape(batch, height, width, channels).permute(0, 3, 1, 2)
         return self.drop(out)
 
-    def _iterative(self, tokens: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+    def _official_steps(self, x: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """Window attention, then all tokens against pooled keys; returns (B, H * W, C)."""
+        local = grid_attention(qkv, self.grid_size, self._attention)
+        y = self.grid_norm(x + local.permute(0, 3, 1, 2))
+        pooled = self.ds_norm(pool_cells(y, self.ds_ratio, 'avg'))
+        k, v = self.kv(pooled.flatten(2).transpose(1, 2)).chunk(2, dim=-1)
+        y = y.flatten(2).transpose(1, 2)
+        return self._attention(self.q(y), k, v) + y
+
+    def _iterative_steps(self, tokens: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
         """The paper's steps on NHWC maps; returns the sum of the upsampled steps (B, H, W, C)."""
         height, width = tokens.shape[1:3]
         grid, scale, total = self.grid_size, 1, None
         while True:
-            step = grid_attention(qkv, grid, self.num_heads) + tokens
+            step = grid_attention(qkv, grid, self._attention) + tokens
             if scale == 1:
                 total = step
             else:
@@ -147,22 +165,22 @@ class HMHSA(BaseModule):
             scale *= grid
 
 
-class InvertedResidual(BaseModule):
+class InvertedResidual(nn.Module):
     """IRB: 1x1 conv - norm - act -> depthwise kxk - norm - act -> 1x1 conv - norm (no biases)."""
 
-    def __init__(self, dim: int, hidden_dim: int, kernel_size: int = 3, drop: float = 0.,
-                 norm_cfg: dict = dict(type='BN'), act_cfg: dict = dict(type='SiLU'),
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.conv1 = nn.Conv2d(dim, hidden_dim, 1, bias=False)
-        self.norm1 = build_norm2d(norm_cfg, hidden_dim)
-        self.conv2 = nn.Conv2d(hidden_dim, hidden_dim, kernel_size, padding=kernel_size // 2,
-                               groups=hidden_dim, bias=False)
-        self.norm2 = build_norm2d(norm_cfg, hidden_dim)
-        self.conv3 = nn.Conv2d(hidden_dim, dim, 1, bias=False)
-        self.norm3 = build_norm2d(norm_cfg, dim)
+    def __init__(self, embed_dims: int, hidden_dims: int, kernel_size: int = 3,
+                 drop_rate: float = 0., norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='SiLU')):
+        super().__init__()
+        self.conv1 = nn.Conv2d(embed_dims, hidden_dims, 1, bias=False)
+        self.norm1 = build_norm2d(norm_cfg, hidden_dims)
+        self.conv2 = nn.Conv2d(hidden_dims, hidden_dims, kernel_size, padding=kernel_size // 2,
+                               groups=hidden_dims, bias=False)
+        self.norm2 = build_norm2d(norm_cfg, hidden_dims)
+        self.conv3 = nn.Conv2d(hidden_dims, embed_dims, 1, bias=False)
+        self.norm3 = build_norm2d(norm_cfg, embed_dims)
         self.act = build_activation_layer(act_cfg)
-        self.drop = nn.Dropout2d(drop)
+        self.drop = nn.Dropout2d(drop_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.act(self.norm1(self.conv1(x)))
@@ -170,24 +188,43 @@ class InvertedResidual(BaseModule):
         return self.drop(self.norm3(self.conv3(x)))
 
 
-class TransCNNBlock(BaseModule):
-    """``x + drop_path(H-MHSA(x))``, then ``x + drop_path(IRB(x))``."""
+class TransCNNBlock(nn.Module):
+    """``x + drop_path(H-MHSA(x))``, then ``x + drop_path(IRB(x))``.
 
-    def __init__(self, dim: int, num_heads: int, grid_size: int, ds_ratio: int, expansion: int,
-                 kernel_size: int, attn_mode: str = 'official', drop: float = 0.,
-                 drop_path: float = 0., norm_cfg: dict = dict(type='BN'),
-                 act_cfg: dict = dict(type='SiLU'), init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.attn = HMHSA(dim, num_heads, grid_size, ds_ratio, attn_mode, drop, norm_cfg)
-        self.ffn = InvertedResidual(dim, dim * expansion, kernel_size, drop, norm_cfg, act_cfg)
-        self.drop_path = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+    Args:
+        embed_dims (int): Channels.
+        num_heads (int): Attention heads.
+        grid_size (int): H-MHSA window side.
+        ds_ratio (int): H-MHSA key/value pooling ratio.
+        mlp_ratio (float): IRB hidden / input channels.
+        kernel_size (int): IRB depthwise kernel.
+        attn_mode (str): H-MHSA mode, 'official' or 'iterative'.
+        qkv_bias (bool): Bias of the attention projections.
+        drop_rate (float): Channel dropout of the attention and IRB outputs.
+        attn_drop_rate (float): Dropout on the attention weights.
+        drop_path_rate (float): Stochastic depth of this block.
+        norm_cfg (dict): Norm layers.
+        act_cfg (dict): IRB activation.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, grid_size: int, ds_ratio: int,
+                 mlp_ratio: float, kernel_size: int, attn_mode: str = 'official',
+                 qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0., norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='SiLU')):
+        super().__init__()
+        self.attn = HMHSA(embed_dims, num_heads, grid_size, ds_ratio, attn_mode, qkv_bias,
+                          drop_rate, attn_drop_rate, norm_cfg)
+        self.ffn = InvertedResidual(embed_dims, int(embed_dims * mlp_ratio), kernel_size,
+                                    drop_rate, norm_cfg, act_cfg)
+        self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0. else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.drop_path(self.attn(x))
         return x + self.drop_path(self.ffn(x))
 
 
-class TwoBranchDownsample(BaseModule):
+class TwoBranchDownsample(nn.Module):
     """TDB: ``act(norm1(conv3x3 s2(x)) + norm2(conv1x1(maxpool2x2(x))))``.
 
     The max pool runs in ceil mode, so an odd side gives ceil(H/2) like the strided conv (the
@@ -195,13 +232,13 @@ class TwoBranchDownsample(BaseModule):
     as if the map were padded to even with -inf. Even sides are exactly the official layer.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, norm_cfg: dict = dict(type='BN'),
-                 act_cfg: dict = dict(type='SiLU'), init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
-        self.conv = nn.Conv2d(in_dim, out_dim, 3, stride=2, padding=1)
-        self.residual = nn.Conv2d(in_dim, out_dim, 1)
-        self.norm1 = build_norm2d(norm_cfg, out_dim)
-        self.norm2 = build_norm2d(norm_cfg, out_dim)
+    def __init__(self, in_dims: int, out_dims: int, norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='SiLU')):
+        super().__init__()
+        self.conv = nn.Conv2d(in_dims, out_dims, 3, stride=2, padding=1)
+        self.residual = nn.Conv2d(in_dims, out_dims, 1)
+        self.norm1 = build_norm2d(norm_cfg, out_dims)
+        self.norm2 = build_norm2d(norm_cfg, out_dims)
         self.act = build_activation_layer(act_cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -209,23 +246,19 @@ class TwoBranchDownsample(BaseModule):
         return self.act(self.norm1(self.conv(x)) + self.norm2(self.residual(pooled)))
 
 
-class TransCNNStage(BaseModule):
+class TransCNNStage(BackboneStage):
     """One stage: the TDB from the previous stage (stages 2-4), then the blocks."""
 
-    def __init__(self, blocks: List[nn.Module], downsample: Optional[nn.Module] = None,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
+    def __init__(self, blocks: List[nn.Module], downsample: Optional[nn.Module] = None):
+        super().__init__()
         self.downsample = downsample
         self.blocks = nn.ModuleList(blocks)
 
-    def forward(self, x: torch.Tensor, with_cp: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.downsample is not None:
             x = self.downsample(x)
         for block in self.blocks:
-            if with_cp and x.requires_grad:
-                x = cp.checkpoint(block, x, use_reentrant=False)
-            else:
-                x = block(x)
+            x = self.run_block(block, x)
         return x
 
 
@@ -235,7 +268,7 @@ class TransCNN(HViTBackbone):
 
     Paper: `Transformer in Convolutional Neural Networks <https://arxiv.org/abs/2106.03180>`_.
     The layers are those of the official ``TransCNN.py`` (its checkpoints load through
-    ``init_cfg``). Unlike it, any input of at least 32 x 32 works: stage maps are
+    ``init_cfg``). Unlike it, any input of at least 1 x 1 works: stage maps are
     ceil(H/s) x ceil(W/s); windows are padded internally with the padded tokens masked out of
     attention, pooled keys average valid pixels only, and the downsample pools in ceil mode, so
     padding never changes valid outputs, and inputs the official code accepts (multiples of 128)
@@ -244,142 +277,113 @@ class TransCNN(HViTBackbone):
     Args:
         arch (str | dict): 'tiny', 'small' (alias 'base', the paper's ResNet-50-sized
             TransCNN-Base), 'medium', 'large', or a dict with the keys ``embed_dims``, ``depths``,
-            ``num_heads``, ``expansions``, ``grid_sizes``, ``ds_ratios`` (4 values each) and
-            optionally ``kernel_sizes`` (depthwise kernels, default [5, 3, 5, 3]).
-        in_channels (int): Image channels. Default: 3.
+            ``num_heads``, ``mlp_ratio`` (IRB expansion), ``grid_sizes``, ``ds_ratios`` (4 values
+            each) and optionally ``kernel_sizes`` (depthwise kernels, default [5, 3, 5, 3]) and
+            ``qkv_bias`` (default True). Default: 'small'.
         attn_mode (str): 'official' (default; the released two-step H-MHSA, the one with
             pretrained weights) or 'iterative' (the paper's multi-step H-MHSA, see :class:`HMHSA`).
-        out_indices (Sequence[int]): Stages to return (0-3). Default: all four.
-        drop_rate (float): Channel dropout in the attention and IRB outputs. Default: 0.
-        drop_path_rate (float): Stochastic depth, linear over all blocks. Default: 0.
-        norm_cfg (dict): Norm layers. Default: BN.
-        act_cfg (dict): Activation. Default: SiLU.
-        frozen_stages (int): -1 none; 0 the stem; i the stem and stages 1..i. Default: -1.
-        norm_eval (bool): Keep BN in eval mode while training. Default: False.
-        with_cp (bool): Gradient checkpointing of the blocks. Default: False.
-        pretrained (str, optional): Deprecated, use ``init_cfg``.
-        init_cfg (dict, optional): e.g. ``dict(type='Pretrained', checkpoint=...)``; official
-            checkpoints are converted on load. None: the official initialisation.
+        **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
+            ``out_indices``, ``drop_rate`` (channel dropout of the attention and IRB outputs),
+            ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``, ``norm_cfg`` (default BN),
+            ``act_cfg`` (default SiLU), ``frozen_stages``, ``norm_eval``, ``with_cp``,
+            ``pretrained``, ``init_cfg``.
     """
 
     arch_zoo = {
         'tiny': dict(embed_dims=[64, 128, 256, 512], depths=[2, 2, 4, 2], num_heads=[1, 2, 4, 8],
-                     expansions=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
+                     mlp_ratio=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
         **dict.fromkeys(['small', 'base'],
                         dict(embed_dims=[64, 128, 256, 512], depths=[3, 4, 8, 3],
-                             num_heads=[1, 2, 4, 8], expansions=[4, 4, 6, 6],
+                             num_heads=[1, 2, 4, 8], mlp_ratio=[4, 4, 6, 6],
                              grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1])),
         'medium': dict(embed_dims=[64, 128, 320, 640], depths=[3, 4, 12, 3],
-                       num_heads=[1, 2, 5, 10], expansions=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
+                       num_heads=[1, 2, 5, 10], mlp_ratio=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
                        ds_ratios=[8, 4, 2, 1]),
         'large': dict(embed_dims=[64, 128, 384, 768], depths=[3, 4, 16, 3],
-                      num_heads=[1, 2, 6, 12], expansions=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
+                      num_heads=[1, 2, 6, 12], mlp_ratio=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
                       ds_ratios=[8, 4, 2, 1]),
     }
-    essential_keys = ('embed_dims', 'depths', 'num_heads', 'expansions', 'grid_sizes',
+    essential_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio', 'grid_sizes',
                       'ds_ratios')
-    optional_keys = {'kernel_sizes': [5, 3, 5, 3]}  # depthwise kernels of the IRBs
+    optional_keys = {'kernel_sizes': [5, 3, 5, 3], 'qkv_bias': True}
+    renamed_arch_keys = {'expansions': 'mlp_ratio'}
+    default_norm_cfg = dict(type='BN', requires_grad=True)
+    default_act_cfg = dict(type='SiLU')
     attn_modes = ('official', 'iterative')
     stem_channels = 16
 
-    def __init__(self,
-                 arch: Union[str, dict] = 'small',
-                 in_channels: int = 3,
-                 attn_mode: str = 'official',
-                 out_indices: Sequence[int] = (0, 1, 2, 3),
-                 drop_rate: float = 0.,
-                 drop_path_rate: float = 0.,
-                 norm_cfg: dict = dict(type='BN', requires_grad=True),
-                 act_cfg: dict = dict(type='SiLU'),
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 pretrained: Optional[str] = None,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None):
-        super().__init__(in_channels=in_channels, out_indices=out_indices,
-                         frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
-                         pretrained=pretrained, init_cfg=init_cfg)
-        self.arch_settings = self._parse_arch(arch)
-        self.arch_name = arch if isinstance(arch, str) else f'custom {arch}'
+    def __init__(self, arch: Union[str, dict] = 'small', attn_mode: str = 'official', **kwargs):
         if attn_mode not in self.attn_modes:
-            raise ValueError(f'attn_mode must be one of {self.attn_modes}, got {attn_mode!r}')
+            raise ValueError(f'TransCNN: attn_mode must be one of {self.attn_modes}, got '
+                             f'{attn_mode!r}')
         self.attn_mode = attn_mode
-        s = self.arch_settings
-        dims = s['embed_dims']
-        self.embed_dims = list(dims)
+        super().__init__(arch, **kwargs)
 
-        # Stem: two stride-2 3x3 convs to stride 4; the second has no norm and no activation.
-        self.patch_embed = nn.Sequential(OrderedDict([
-            ('conv1', nn.Conv2d(in_channels, self.stem_channels, 3, stride=2, padding=1)),
-            ('norm', build_norm2d(norm_cfg, self.stem_channels)),
-            ('act', build_activation_layer(act_cfg)),
-            ('conv2', nn.Conv2d(self.stem_channels, dims[0], 3, stride=2, padding=1)),
-        ]))
-
-        total = sum(s['depths'])
-        dpr = [drop_path_rate * i / max(total - 1, 1) for i in range(total)]
-        self.stages = nn.ModuleList()
-        for i, depth in enumerate(s['depths']):
-            start = sum(s['depths'][:i])
-            blocks = [
-                TransCNNBlock(dims[i], s['num_heads'][i], s['grid_sizes'][i], s['ds_ratios'][i],
-                              s['expansions'][i], s['kernel_sizes'][i], attn_mode, drop_rate,
-                              dpr[start + j], norm_cfg, act_cfg) for j in range(depth)
-            ]
-            downsample = (TwoBranchDownsample(dims[i - 1], dims[i], norm_cfg, act_cfg)
-                          if i > 0 else None)
-            self.stages.append(TransCNNStage(blocks, downsample))
-        self._freeze_stages()
-
-    def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        settings = {k: list(v) for k, v in self.parse_arch(arch).items()}
-        for key, values in settings.items():
-            if len(values) != self.num_outputs:
-                raise ValueError(f'arch {key} needs {self.num_outputs} values (one per stage), '
-                                 f'got {values}')
-            if any(int(v) < 1 for v in values):
-                raise ValueError(f'arch {key} must be positive, got {values}')
-        for dim, heads in zip(settings['embed_dims'], settings['num_heads']):
-            if dim % heads:
-                raise ValueError(f'embed_dims {settings["embed_dims"]} must be divisible by '
-                                 f'num_heads {settings["num_heads"]}')
+    def check_arch(self, settings: dict) -> dict:
+        settings = super().check_arch(settings)
+        for key in self.essential_keys + ('kernel_sizes', ):
+            values = settings[key]
+            if not isinstance(values, (list, tuple)) or len(values) != self.num_stages:
+                raise ValueError(f'TransCNN: arch {key} needs {self.num_stages} values (one per '
+                                 f'stage), got {values}')
+            if any(v <= 0 for v in values):
+                raise ValueError(f'TransCNN: arch {key} must be positive, got {values}')
+            settings[key] = list(values)
+        for dims, heads in zip(settings['embed_dims'], settings['num_heads']):
+            if dims % heads:
+                raise ValueError(f'TransCNN: embed_dims {settings["embed_dims"]} must be '
+                                 f'divisible by num_heads {settings["num_heads"]}')
         return settings
 
-    def stage_modules(self, index: int) -> List[nn.Module]:
-        return [self.patch_embed] if index == 0 else [self.stages[index - 1]]
+    def _build_layers(self) -> None:
+        s = self.arch_settings
+        dims = s['embed_dims']
+        self.stage_channels = tuple(dims)
+        # Stem: two stride-2 3x3 convs to stride 4; the second has no norm and no activation.
+        self.patch_embed = nn.Sequential(OrderedDict([
+            ('conv1', nn.Conv2d(self.in_channels, self.stem_channels, 3, stride=2, padding=1)),
+            ('norm', build_norm2d(self.norm_cfg, self.stem_channels)),
+            ('act', build_activation_layer(self.act_cfg)),
+            ('conv2', nn.Conv2d(self.stem_channels, dims[0], 3, stride=2, padding=1)),
+        ]))
+        rates = self.drop_path_schedule(s['depths'])
+        for i in range(self.num_built_stages):
+            blocks = [
+                TransCNNBlock(dims[i], s['num_heads'][i], s['grid_sizes'][i], s['ds_ratios'][i],
+                              s['mlp_ratio'][i], s['kernel_sizes'][i], self.attn_mode,
+                              self.qkv_bias, self.drop_rate, self.attn_drop_rate, rate,
+                              self.norm_cfg, self.act_cfg) for rate in rates[i]
+            ]
+            downsample = (TwoBranchDownsample(dims[i - 1], dims[i], self.norm_cfg, self.act_cfg)
+                          if i > 0 else None)
+            self.stages.append(TransCNNStage(blocks, downsample))
 
-    def init_weights(self) -> None:
-        if self.init_cfg is None:
-            # The official initialisation: truncated normal (std .02) for convs and linears.
-            for m in self.modules():
-                if isinstance(m, (nn.Conv2d, nn.Linear)):
-                    trunc_normal_(m.weight, std=.02)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
-                elif isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)):
-                    if m.weight is not None:
-                        nn.init.ones_(m.weight)
-                        nn.init.zeros_(m.bias)
-            self._is_init = True
-            return
-        super().init_weights()
+    def init_default_weights(self) -> None:
+        """The official initialisation: truncated normal (std .02) for convs and linears."""
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)):
+                if m.weight is not None:
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
 
-    def forward(self, x: torch.Tensor) -> tuple:
-        self.check_input(x)
+    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         x = self.patch_embed(x)
         outs = []
         for i, stage in enumerate(self.stages):
-            x = stage(x, self.with_cp)
+            x = stage(x)
             if i in self.out_indices:
                 outs.append(x)
-        return tuple(outs)
+        return outs
 
-    # --- checkpoints -----------------------------------------------------------------------------
     def convert_checkpoint(self, state_dict: dict) -> dict:
         return convert_transcnn_checkpoint(state_dict)
 
     def describe_checkpoint(self, state_dict: dict) -> str:
-        return describe_transcnn_checkpoint(convert_transcnn_checkpoint(state_dict))
+        return describe_transcnn_checkpoint(state_dict)
 
 
 # --- official checkpoints ------------------------------------------------------------------------
@@ -405,17 +409,10 @@ def convert_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor],
                                 with_head: bool = False) -> Dict[str, torch.Tensor]:
     """Convert an official TransCNN state dict to this backbone's keys.
 
-    Our own keys pass through unchanged; a ``module.`` (DDP) prefix is dropped, and an mmpretrain
-    classifier's ``backbone.*`` keys are taken. The official classifier (``classifier.1``) becomes
+    Our own keys pass through unchanged. The official classifier (``classifier.1``) becomes
     ``head.fc`` with ``with_head``, else it is left out (a backbone has no head); keys that no rule
     knows stay as they are, so that loading reports them as unexpected.
     """
-    if state_dict and all(k.startswith('module.') for k in state_dict):
-        state_dict = OrderedDict((k[len('module.'):], v) for k, v in state_dict.items())
-    if (not any(k.startswith(('patch_embed.', 'stages.')) for k in state_dict)
-            and any(k.startswith('backbone.') for k in state_dict)):
-        state_dict = OrderedDict((k[len('backbone.'):], v) for k, v in state_dict.items()
-                                 if k.startswith('backbone.'))
     if not is_official_transcnn(state_dict):
         return state_dict
     converted = OrderedDict()
@@ -455,14 +452,14 @@ def describe_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
     except KeyError:
         return 'unknown (not a TransCNN checkpoint)'
     depths = [0, 0, 0, 0]
-    expansions = [0, 0, 0, 0]
+    mlp_ratio = [0, 0, 0, 0]
     for key, value in state_dict.items():
         found = re.match(r'^stages\.(\d)\.blocks\.(\d+)\.ffn\.conv1\.weight$', key)
         if found:
             stage = int(found.group(1))
             depths[stage] = max(depths[stage], int(found.group(2)) + 1)
-            expansions[stage] = value.shape[0] // dims[stage]
+            mlp_ratio[stage] = value.shape[0] // dims[stage]
     for name, arch in TransCNN.arch_zoo.items():
-        if (arch['embed_dims'], arch['depths'], arch['expansions']) == (dims, depths, expansions):
+        if (arch['embed_dims'], arch['depths'], arch['mlp_ratio']) == (dims, depths, mlp_ratio):
             return name
-    return f'embed_dims {dims}, depths {depths}, expansions {expansions}'
+    return f'embed_dims {dims}, depths {depths}, mlp_ratio {mlp_ratio}'

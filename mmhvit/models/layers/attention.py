@@ -1,27 +1,15 @@
-"""Multi-head attention on token groups (windows, blocks, whole images) through SDPA."""
-import contextlib
+"""Multi-head attention on token groups (windows, blocks, sentences, whole images)."""
 from typing import Optional
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
+ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # Up to this many keys, plain matmul + softmax beats the CPU SDPA kernels (TNT's 16-word sentences,
 # TransCNN's 8x8 windows: 1.2-1.6x faster on x86 with torch 2.14; measured by
 # tools/analysis_tools/benchmark.py). GPUs always take SDPA's fused kernels.
 CPU_SHORT_SEQUENCE = 64
-_short_sequence_path = True
-
-
-@contextlib.contextmanager
-def sdpa_only():
-    """Route every attention through ``scaled_dot_product_attention`` (one op a FLOP counter can
-    recognise and count or leave out as a whole)."""
-    global _short_sequence_path
-    previous, _short_sequence_path = _short_sequence_path, False
-    try:
-        yield
-    finally:
-        _short_sequence_path = previous
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -42,7 +30,8 @@ def multihead_attention(q: torch.Tensor,
                         num_heads: int,
                         key_mask: Optional[torch.Tensor] = None,
                         scale: Optional[float] = None,
-                        dropout_p: float = 0.) -> torch.Tensor:
+                        dropout_p: float = 0.,
+                        kernel: str = 'auto') -> torch.Tensor:
     """Scaled dot-product attention of token groups, heads split from the channels.
 
     Args:
@@ -55,28 +44,35 @@ def multihead_attention(q: torch.Tensor,
             Padded keys get zero weight. None: every key is real.
         scale (float, optional): Logit scale; default head_dim ** -0.5.
         dropout_p (float): Attention dropout, applied only in training by the caller's choice.
+        kernel (str): ``'sdpa'`` (``scaled_dot_product_attention``), ``'matmul'`` (its maths
+            written out) or ``'auto'``: matmul for short CPU sequences, where it is faster.
 
     Returns:
         Tensor: (B, Nq, Cv).
     """
     attn_mask = None
     if key_mask is not None:
-        # A group made only of padding has no valid key; letting it attend to its padding keeps SDPA
-        # free of NaN, and its queries are padding too, so the result is discarded.
+        # A group made only of padding has no valid key; letting it attend to its padding keeps the
+        # softmax free of NaN, and its queries are padding too, so the result is discarded.
         key_mask = key_mask | ~key_mask.any(dim=-1, keepdim=True)
         groups = key_mask.shape[0]
         attn_mask = key_mask[:, None, None, :].repeat(q.shape[0] // groups, 1, 1, 1)
     q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
-    if _short_sequence_path and q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE:
+    if kernel == 'auto':
+        short = q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE
+        kernel = 'matmul' if short else 'sdpa'
+    if kernel == 'matmul':
         out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p)
-    else:
+    elif kernel == 'sdpa':
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                              scale=scale)
+    else:
+        raise ValueError(f'attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}')
     return merge_heads(out)
 
 
 def _matmul_attention(q, k, v, attn_mask, scale, dropout_p):
-    """SDPA's math, written out: the faster path for short sequences on the CPU."""
+    """SDPA's maths, written out: the faster path for short sequences on the CPU."""
     scale = q.shape[-1]**-0.5 if scale is None else scale
     logits = (q * scale) @ k.transpose(-2, -1)
     if attn_mask is not None:
@@ -85,3 +81,20 @@ def _matmul_attention(q, k, v, attn_mask, scale, dropout_p):
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)
     return weights @ v
+
+
+def set_attention_kernel(model: nn.Module, kernel: str) -> dict:
+    """Set ``attn_kernel`` of every attention module of ``model``; returns the previous values.
+
+    Attention modules of this package carry an ``attn_kernel`` attribute that they pass to
+    :func:`multihead_attention`; a FLOP counter, say, routes a model's attention through SDPA
+    (one op it can recognise) this way, for that model only.
+    """
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f'attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}')
+    previous = {}
+    for module in model.modules():
+        if hasattr(module, 'attn_kernel'):
+            previous[module] = module.attn_kernel
+            module.attn_kernel = kernel
+    return previous

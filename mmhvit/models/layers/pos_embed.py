@@ -4,8 +4,8 @@ import torch
 import torch.nn.functional as F
 
 
-def resize_pos_map(pos: torch.Tensor, size: Tuple[int, int], mode: str = 'bicubic') -> torch.Tensor:
-    """Resize a (1, C, h, w) position-embedding map to ``size``; unchanged when it already fits."""
+def resize_pos_map(pos: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+    """Resize a (1, C, h, w) position-embedding map to ``size`` (bicubic); unchanged if it fits."""
     if tuple(pos.shape[-2:]) == tuple(size):
         return pos
-    return F.interpolate(pos, size=size, mode=mode, align_corners=False)
+    return F.interpolate(pos, size=size, mode='bicubic', align_corners=False)

@@ -12,11 +12,11 @@ def padding_to_multiple(height: int, width: int, multiple_h: int,
     return (-height) % multiple_h, (-width) % multiple_w
 
 
-def pad_nchw(x: torch.Tensor, pad_h: int, pad_w: int, value: float = 0.) -> torch.Tensor:
-    """Pad an NCHW map at the bottom and right."""
+def pad_nchw(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
+    """Zero-pad an NCHW map at the bottom and right."""
     if pad_h == 0 and pad_w == 0:
         return x
-    return F.pad(x, (0, pad_w, 0, pad_h), value=value)
+    return F.pad(x, (0, pad_w, 0, pad_h))
 
 
 def pad_nhwc(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:

@@ -1,0 +1,78 @@
+"""The pre-norm transformer layer NesT and TNT share, and its self-attention."""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+
+from .attention import multihead_attention
+from .mlp import Mlp
+
+
+class MultiheadSelfAttention(nn.Module):
+    """Multi-head self-attention over token groups (blocks, sentences), one ``qkv`` projection.
+
+    Args:
+        embed_dims (int): Token channels.
+        num_heads (int): Heads; ``embed_dims`` must be divisible by it.
+        qkv_bias (bool): Bias of the qkv projection.
+        attn_drop_rate (float): Dropout on the attention weights.
+        proj_drop_rate (float): Dropout after the output projection.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, qkv_bias: bool = True,
+                 attn_drop_rate: float = 0., proj_drop_rate: float = 0.):
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims {embed_dims} is not divisible by num_heads {num_heads}')
+        self.num_heads = num_heads
+        self.attn_drop_rate = attn_drop_rate
+        self.attn_kernel = 'auto'  # see set_attention_kernel
+        # [q | k | v], each head-major (the official NesT and TNT layouts)
+        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop_rate)
+
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        x = multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
+                                dropout_p=self.attn_drop_rate if self.training else 0.,
+                                kernel=self.attn_kernel)
+        return self.proj_drop(self.proj(x))
+
+
+class TransformerLayer(nn.Module):
+    """``x + drop_path(attn(norm1(x)))``, then ``x + drop_path(feed_forward(norm2(x)))``.
+
+    Args:
+        embed_dims (int): Token channels.
+        num_heads (int): Attention heads.
+        mlp_ratio (float): Hidden / input channels of the MLP.
+        qkv_bias (bool): Bias of the qkv projection.
+        drop_rate (float): Dropout after the attention projection and in the MLP.
+        attn_drop_rate (float): Dropout on the attention weights.
+        drop_path_rate (float): Stochastic depth of this layer.
+        norm_cfg (dict): Norm layers (over the last dimension).
+        act_cfg (dict): MLP activation.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, mlp_ratio: float = 4.,
+                 qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN'),
+                 act_cfg: dict = dict(type='GELU')):
+        super().__init__()
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = MultiheadSelfAttention(embed_dims, num_heads, qkv_bias, attn_drop_rate,
+                                           drop_rate)
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), act_cfg, drop_rate)
+        self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), key_mask))
+        return x + self.drop_path(self.feed_forward(self.norm2(x), key_mask))
+
+    def feed_forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """The MLP branch (a subclass may gate it, e.g. TNT's squeeze-excitation)."""
+        return self.mlp(x)
