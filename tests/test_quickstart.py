@@ -138,13 +138,13 @@ def test_upernet_starts_from_its_classifier(backbone, tmp_path):
 
     cfg, models = build(f'classifier_{backbone}_20e_shapes.py', 'mmpretrain')
     classifier = models.build(cfg.model)
-    checkpoint = tmp_path / 'epoch_20.pth'
+    checkpoint = tmp_path / 'weights.pth'
     torch.save(dict(state_dict=classifier.state_dict()), checkpoint)
 
     cfg, models = build(f'upernet_{backbone}_8e_shapes.py', 'mmseg')
     init_cfg = cfg.model.backbone.init_cfg
     assert init_cfg.type == 'Pretrained' and init_cfg.prefix == 'backbone.'
-    assert init_cfg.checkpoint == f'work_dirs/classifier_{backbone}_20e_shapes/epoch_20.pth'
+    assert init_cfg.checkpoint == f'work_dirs/classifier_{backbone}_20e_shapes/weights.pth'
     init_cfg.checkpoint = str(checkpoint)
     segmentor = models.build(cfg.model)
     segmentor.init_weights()

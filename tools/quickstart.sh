@@ -46,18 +46,26 @@ WORK_DIR="${WORK_DIR:-work_dirs/$NAME}"
 start=$(date +%s)
 
 "$PY" tools/dataset_converters/make_shapes.py --out data/shapes
-# A UperNet quickstart starts from its backbone's classifier quickstart (the checkpoint named in
-# its init_cfg): train that one first when it is missing.
+# A UperNet quickstart starts from its backbone's classifier quickstart (the weights file named in
+# its init_cfg): publish it from that run, or train that run first when there is none.
 PRETRAINED="$("$PY" -c "from mmengine.config import Config; import sys
 init = Config.fromfile(sys.argv[1]).model.backbone.get('init_cfg') or {}
 print(init.get('checkpoint', '') if init.get('type') == 'Pretrained' else '')" "$CONFIG")"
 if [ -n "$PRETRAINED" ] && [ ! -f "$PRETRAINED" ]; then
-    CLASSIFIER="configs/quickstart/$(basename "$(dirname "$PRETRAINED")").py"
-    echo "[quickstart] $CONFIG starts from $PRETRAINED: training $CLASSIFIER first"
-    env -u TASK -u BACKBONE CONFIG="$CLASSIFIER" WORK_DIR="$(dirname "$PRETRAINED")" bash "$0"
+    SOURCE_DIR="$(dirname "$PRETRAINED")"
+    if [ -f "$SOURCE_DIR/last_checkpoint" ]; then
+        "$PY" tools/model_converters/publish_model.py "$(cat "$SOURCE_DIR/last_checkpoint")" \
+            "$PRETRAINED" --no-hash
+    else
+        SOURCE_CONFIG="configs/quickstart/$(basename "$SOURCE_DIR").py"
+        echo "[quickstart] $CONFIG starts from $PRETRAINED: training $SOURCE_CONFIG first"
+        env -u TASK -u BACKBONE CONFIG="$SOURCE_CONFIG" WORK_DIR="$SOURCE_DIR" bash "$0"
+    fi
 fi
 "$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR"
 CKPT="$(cat "$WORK_DIR/last_checkpoint")"
+# the trained weights alone, loadable weights-only (a later run's init_cfg can point at them)
+"$PY" tools/model_converters/publish_model.py "$CKPT" "$WORK_DIR/weights.pth" --no-hash
 "$PY" tools/test.py "$CONFIG" "$CKPT" --work-dir "$WORK_DIR" --show-dir vis \
     --metrics-out "$WORK_DIR/metrics.json"
 "$PY" tools/analysis_tools/plot_loss.py "$WORK_DIR" --out "$WORK_DIR/loss_curve.png"

@@ -43,10 +43,10 @@ channels_c5 = {name: c[3] for name, c in channels.items()}
 # Initialised from the classifier quickstart of the same backbone (TASK=cls; tools/quickstart.sh
 # runs it first when its checkpoint is missing), as ADE20K recipes start from ImageNet weights.
 classifier_checkpoints = dict(
-    transcnn='work_dirs/classifier_transcnn-q_20e_shapes/epoch_20.pth',
-    nest='work_dirs/classifier_nest-q_20e_shapes/epoch_20.pth',
-    tnt='work_dirs/classifier_tnt-q_20e_shapes/epoch_20.pth',
-    r18='work_dirs/classifier_r18_20e_shapes/epoch_20.pth')
+    transcnn='work_dirs/classifier_transcnn-q_20e_shapes/weights.pth',
+    nest='work_dirs/classifier_nest-q_20e_shapes/weights.pth',
+    tnt='work_dirs/classifier_tnt-q_20e_shapes/weights.pth',
+    r18='work_dirs/classifier_r18_20e_shapes/weights.pth')
 backbones_from_classifier = {
     name: dict(cfg, init_cfg=dict(type='Pretrained', checkpoint=classifier_checkpoints[name],
                                   prefix='backbone.'))

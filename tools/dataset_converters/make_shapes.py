@@ -11,7 +11,7 @@ Writes, for each split (``train``, ``val``)::
                                              every shape (MMDetection CocoDataset)
     OUT/ann_dir/SPLIT/*.png                  label maps, 0 = background, 1..3 = circle, square,
                                              triangle (MMSegmentation img_dir/ann_dir layout)
-    OUT/crops/SPLIT/CLASS/*.png              square crops (64-96 px) around one shape with its
+    OUT/crops/SPLIT/CLASS/CLASS_*.png        square crops (64-96 px) around one shape with its
                                              context, or of background only (class no_shape),
                                              balanced over the four classes (MMPretrain
                                              CustomDataset, one sub-folder per class)
@@ -32,7 +32,7 @@ from PIL import Image
 CLASSES = ('circle', 'square', 'triangle')
 NO_SHAPE = 'no_shape'
 CROP_CLASSES = CLASSES + (NO_SHAPE, )
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MIN_SIDE, MAX_SIDE = 160, 256
 MAX_OCCLUDED_FRACTION = 0.3  # keeps every shape recognisable
 CROP_MIN_SIDE, CROP_MAX_SIDE = 64, 96  # classification crops are resized to a side in this range
@@ -231,7 +231,8 @@ def build_split(out_dir: str, split: str, num_images: int, scene_rng: np.random.
         folder = osp.join(out_dir, 'crops', split, name)
         os.makedirs(folder, exist_ok=True)
         for index, crop in enumerate(crops):
-            Image.fromarray(crop).save(osp.join(folder, f'{index:05d}.png'))
+            # the class in the name too: visualisers save by file name, all classes in one folder
+            Image.fromarray(crop).save(osp.join(folder, f'{name}_{index:05d}.png'))
     return dict(images=images, annotations=annotations,
                 categories=[dict(id=i + 1, name=name) for i, name in enumerate(CLASSES)])
 

@@ -1,9 +1,10 @@
 """Strip a training checkpoint for release: keep ``state_dict`` and plain ``meta`` only.
 
-    python tools/model_converters/publish_model.py IN.pth OUT.pth
+    python tools/model_converters/publish_model.py IN.pth OUT.pth [--no-hash]
 
-Writes ``OUT-<first 8 hex digits of sha256>.pth``, loadable with ``torch.load(weights_only=True)``
-(optimizer state, message hubs and other pickled objects are dropped).
+Writes ``OUT-<first 8 hex digits of sha256>.pth`` (``OUT.pth`` itself with ``--no-hash``),
+loadable with ``torch.load(weights_only=True)`` (optimizer state, message hubs and other pickled
+objects are dropped).
 """
 import argparse
 import hashlib
@@ -25,7 +26,7 @@ def plain(value):
     return None
 
 
-def publish(in_file: str, out_file: str) -> str:
+def publish(in_file: str, out_file: str, with_hash: bool = True) -> str:
     # The input is a trusted training checkpoint with pickled objects (HistoryBuffer, ...).
     checkpoint = torch.load(in_file, map_location='cpu', weights_only=False)
     state_dict = checkpoint.get('state_dict', checkpoint)
@@ -35,7 +36,7 @@ def publish(in_file: str, out_file: str) -> str:
     torch.save(published, tmp)
     with open(tmp, 'rb') as f:
         sha = hashlib.sha256(f.read()).hexdigest()
-    final = f'{stem}-{sha[:8]}.pth'
+    final = f'{stem}-{sha[:8]}.pth' if with_hash else f'{stem}.pth'
     os.replace(tmp, final)
     return final
 
@@ -44,10 +45,11 @@ def main():
     parser = argparse.ArgumentParser(description='Publish a checkpoint for release')
     parser.add_argument('in_file', help='input checkpoint')
     parser.add_argument('out_file', help='output checkpoint (the sha256 prefix is appended)')
+    parser.add_argument('--no-hash', action='store_true', help='write OUT_FILE as named')
     args = parser.parse_args()
     if not osp.isfile(args.in_file):
         parser.error(f'{args.in_file} does not exist')
-    print(publish(args.in_file, args.out_file))
+    print(publish(args.in_file, args.out_file, not args.no_hash))
 
 
 if __name__ == '__main__':
