@@ -175,3 +175,23 @@ def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
         f'backbone.stages.{i}' for i in range(4)}
     assert groups <= set(norms), norms
     assert all(norms[g] > 0 for g in groups), norms
+
+
+def test_results_tool_checks_the_targets():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'quickstart_results', osp.join(REPO, 'tools', 'analysis_tools', 'quickstart_results.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+
+    def row(backbone, top1, start):
+        return dict(config=f'classifier_{backbone}_20e_shapes.py', algo='classifier', task='cls',
+                    backbone=backbone, metrics={'top-1': top1}, untrained={'top-1': start})
+    rows = [row('transcnn-q', 0.96, 0.25), row('tnt-q', 0.5, 0.25), row('r18', 0.8, 0.25)]
+    lines = '\n'.join(tool.targets(rows))
+    assert 'classifier_transcnn-q_20e_shapes.py: top-1 0.960 = 3.8x untrained (0.250): met' in lines
+    assert 'classifier_tnt-q_20e_shapes.py: top-1 0.500 = 2.0x untrained (0.250): MISSED' in lines
+    assert "classifier_tnt-q_20e_shapes.py: 0.62x ResNet-18's top-1: MISSED" in lines
+    assert 'best of ours reaches top-1 0.960: met (>= 0.95)' in lines
+    table = tool.summary_table(rows)
+    assert table[-1] == '| cls: classifier (top-1) | 0.960 | — | 0.500 | 0.800 |'

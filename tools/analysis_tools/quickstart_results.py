@@ -210,6 +210,19 @@ def targets(rows):
     return lines
 
 
+def summary_table(rows):
+    """Task x backbone, the task's main metric (the README shows this one)."""
+    lines = ['| task (metric) | ' + ' | '.join(BACKBONES) + ' |',
+             '|---|' + '---|' * len(BACKBONES)]
+    for algo, (task, metrics) in TASKS.items():
+        main = metrics[0][1]
+        by_backbone = {r['backbone']: r for r in rows if r['algo'] == algo}
+        cells = [f'{by_backbone[b]["metrics"][main]:.3f}' if b in by_backbone else '—'
+                 for b in BACKBONES]
+        lines.append(f'| {task}: {algo} ({main}) | ' + ' | '.join(cells) + ' |')
+    return lines
+
+
 def report(out: str, curves_dir: str) -> None:
     rows = collect()
     if not rows:
@@ -223,7 +236,8 @@ def report(out: str, curves_dir: str) -> None:
                  if row['untrained'] else '—')
         table.append(f'| {row["task"]} | `{row["config"]}` | {metrics} | {start} | '
                      f'{row["epochs"]} | {row["s_per_iter"]:.2f} | {row["wall_min"]:.1f} |')
-    page = [GENERATED_MARK, '', *table, '', '### Targets', '', *targets(rows), '',
+    page = [GENERATED_MARK, '', *summary_table(rows), '', *table, '', '### Targets', '',
+            *targets(rows), '',
             '### Loss curves', '']
     page += [f'![{algo}]({osp.relpath(path, osp.dirname(out))})' for algo, path in curves.items()]
     page.append(GENERATED_END)
