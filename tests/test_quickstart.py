@@ -195,3 +195,16 @@ def test_results_tool_checks_the_targets():
     assert 'best of ours reaches top-1 0.960: met (>= 0.95)' in lines
     table = tool.summary_table(rows)
     assert table[-1] == '| cls: classifier (top-1) | 0.960 | — | 0.500 | 0.800 |'
+
+
+def test_results_tool_does_not_pass_a_failed_run_on_a_zero_start():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        'quickstart_results', osp.join(REPO, 'tools', 'analysis_tools', 'quickstart_results.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    rows = [dict(config='retinanet_tnt-q_10e_shapes.py', algo='retinanet', task='det',
+                 backbone='tnt-q', metrics={'bbox mAP': 0.001, 'bbox AP50': 0.006},
+                 untrained={'bbox mAP': 0.0, 'bbox AP50': 0.0})]
+    assert ('bbox mAP 0.001 = 0.1x untrained (0.000, counted as 0.01): MISSED'
+            in '\n'.join(tool.targets(rows)))
