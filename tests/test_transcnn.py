@@ -17,7 +17,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 
-from mmhvit.models.backbones import transcnn as transcnn_module
 from mmhvit.models.backbones.transcnn import (
     HMHSA,
     TransCNN,
@@ -25,6 +24,7 @@ from mmhvit.models.backbones.transcnn import (
     grid_attention,
     pool_cells,
 )
+from mmhvit.models.layers import hmhsa as hmhsa_module
 from mmhvit.models.layers import multihead_attention
 
 DATA = osp.join(osp.dirname(__file__), 'data')
@@ -266,13 +266,13 @@ def test_matches_official_on_official_sizes(arch, size, monkeypatch):
     sd = random_state_dict(official_shapes(arch_dict))
     model = converted_model(arch, sd)
     masks = []
-    real_attention = transcnn_module.multihead_attention
+    real_attention = hmhsa_module.multihead_attention
 
     def spy(*args, key_mask=None, **kwargs):
         masks.append(key_mask)
         return real_attention(*args, key_mask=key_mask, **kwargs)
 
-    monkeypatch.setattr(transcnn_module, 'multihead_attention', spy)
+    monkeypatch.setattr(hmhsa_module, 'multihead_attention', spy)
     x = torch.randn(2, 3, *size, dtype=torch.float64)
     with torch.no_grad():
         ours = model(x)

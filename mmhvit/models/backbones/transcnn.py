@@ -8,7 +8,7 @@ any input size and offers the paper's iterative H-MHSA as ``attn_mode='iterative
 """
 import re
 from collections import OrderedDict
-from typing import Callable, Dict, List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -19,150 +19,8 @@ from mmengine.logging import print_log
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
-from ..layers import (
-    BackboneStage,
-    build_norm2d,
-    multihead_attention,
-    pad_nhwc,
-    padding_to_multiple,
-    window_key_mask,
-    window_partition,
-    window_reverse,
-)
+from ..layers import HMHSA, BackboneStage, build_norm2d, grid_attention, pool_cells  # noqa: F401
 from .base_backbone import HViTBackbone
-
-
-def grid_attention(qkv: torch.Tensor, grid_size: int, attention: Callable) -> torch.Tensor:
-    """Attention inside non-overlapping ``grid_size`` x ``grid_size`` windows.
-
-    Args:
-        qkv (Tensor): (B, H, W, 3C), channels ordered [q | k | v], each head-major.
-        grid_size (int): Window side G. H and W need not be multiples of G: the map is padded at
-            the bottom/right and the padded tokens are masked out as keys (their own outputs are
-            cropped away), so the valid outputs equal attention over the valid tokens only.
-        attention (callable): ``attention(q, k, v, key_mask=...)`` on (B', N, C) token groups.
-
-    Returns:
-        Tensor: (B, H, W, C).
-    """
-    _, height, width, _ = qkv.shape
-    pad_h, pad_w = padding_to_multiple(height, width, grid_size)
-    windows = window_partition(pad_nhwc(qkv, pad_h, pad_w), grid_size, grid_size)
-    key_mask = window_key_mask(height, width, pad_h, pad_w, grid_size, grid_size, qkv.device)
-    out = attention(*windows.chunk(3, dim=-1), key_mask=key_mask)
-    out = window_reverse(out, grid_size, grid_size, height + pad_h, width + pad_w)
-    return out[:, :height, :width] if pad_h or pad_w else out
-
-
-def pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
-    """Average or max of each ``cell`` x ``cell`` cell of an NCHW map; partial border cells pool
-    only their valid pixels (ceil mode without padding), so no padding value enters a pooled token.
-
-    Equals ``nn.AvgPool2d(cell, cell)`` / ``nn.MaxPool2d(cell, cell)`` when H and W are multiples
-    of ``cell``.
-    """
-    if cell == 1:
-        return x
-    # A map smaller than the cell is one partial cell: clip the kernel, keep the stride.
-    kernel = (min(cell, x.shape[-2]), min(cell, x.shape[-1]))
-    pool = F.avg_pool2d if mode == 'avg' else F.max_pool2d
-    return pool(x, kernel, cell, ceil_mode=True)
-
-
-class HMHSA(nn.Module):
-    """Hierarchical multi-head self-attention on an NCHW map.
-
-    ``mode='official'`` (the released code, which has the pretrained weights), for G > 1:
-    ``y = grid_norm(x + A_G(qkv(norm(x))))`` with ``A_G`` attention inside G x G windows (no
-    projection), then every token of ``y`` queries ``q(y)`` against keys/values
-    ``kv(ds_norm(AvgPool_r(y)))``, and the output is ``proj(global + y)``.
-
-    ``mode='iterative'`` (the paper, Sec. 3): ``A_0 = A_G(qkv(X_0)) + X_0`` with ``X_0 = norm(x)``;
-    step i merges each G x G grid of ``A_{i-1}`` into one token by ``MaxPool_G + AvgPool_G`` and
-    repeats ``A_i = A_G(qkv(X_i)) + X_i`` until one grid covers the whole map; the output is
-    ``proj(sum_i Upsample(A_i))``. One ``qkv`` is shared by all steps because their number depends
-    on the input size; Upsample repeats each merged token over the pixels it stands for (nearest).
-
-    With G = 1 both modes are plain global MHSA: ``proj(A(qkv(norm(x))))``.
-
-    Args:
-        embed_dims (int): Channels.
-        num_heads (int): Heads (the official models use embed_dims // 64).
-        grid_size (int): Window side G.
-        ds_ratio (int): Pooling ratio r of the keys/values of the official global step.
-        mode (str): 'official' or 'iterative'.
-        qkv_bias (bool): Bias of the qkv, q and kv projections.
-        drop_rate (float): Channel dropout on the output (``nn.Dropout2d``, as the official code).
-        attn_drop_rate (float): Dropout on the attention weights.
-        norm_cfg (dict): Norm config.
-    """
-
-    def __init__(self, embed_dims: int, num_heads: int, grid_size: int = 1, ds_ratio: int = 1,
-                 mode: str = 'official', qkv_bias: bool = True, drop_rate: float = 0.,
-                 attn_drop_rate: float = 0., norm_cfg: dict = dict(type='BN')):
-        super().__init__()
-        self.num_heads = num_heads
-        self.grid_size = grid_size
-        self.ds_ratio = ds_ratio
-        self.mode = mode
-        self.attn_drop_rate = attn_drop_rate
-        self.attn_kernel = 'auto'  # see set_attention_kernel
-        # 1x1 convolutions in the official code: Linear layers on channels-last tokens here.
-        self.norm = build_norm2d(norm_cfg, embed_dims)
-        self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        if grid_size > 1 and mode == 'official':
-            self.grid_norm = build_norm2d(norm_cfg, embed_dims)
-            self.ds_norm = build_norm2d(norm_cfg, embed_dims)
-            self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
-            self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
-        self.proj = nn.Linear(embed_dims, embed_dims)
-        self.drop = nn.Dropout2d(drop_rate)
-
-    def _attention(self, q, k, v, key_mask=None):
-        return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
-                                   dropout_p=self.attn_drop_rate if self.training else 0.,
-                                   kernel=self.attn_kernel)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, channels, height, width = x.shape
-        normed = self.norm(x).permute(0, 2, 3, 1)
-        qkv = self.qkv(normed)
-        if self.grid_size == 1:
-            out = self._attention(*qkv.flatten(1, 2).chunk(3, dim=-1))
-        elif self.mode == 'official':
-            out = self._official_steps(x, qkv)
-        else:
-            out = self._iterative_steps(normed, qkv)
-        out = self.proj(out).reshape(batch, height, width, channels).permute(0, 3, 1, 2)
-        return self.drop(out)
-
-    def _official_steps(self, x: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
-        """Window attention, then all tokens against pooled keys; returns (B, H * W, C)."""
-        local = grid_attention(qkv, self.grid_size, self._attention)
-        y = self.grid_norm(x + local.permute(0, 3, 1, 2))
-        pooled = self.ds_norm(pool_cells(y, self.ds_ratio, 'avg'))
-        k, v = self.kv(pooled.flatten(2).transpose(1, 2)).chunk(2, dim=-1)
-        y = y.flatten(2).transpose(1, 2)
-        return self._attention(self.q(y), k, v) + y
-
-    def _iterative_steps(self, tokens: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
-        """The paper's steps on NHWC maps; returns the sum of the upsampled steps (B, H, W, C)."""
-        height, width = tokens.shape[1:3]
-        grid, scale, total = self.grid_size, 1, None
-        while True:
-            step = grid_attention(qkv, grid, self._attention) + tokens
-            if scale == 1:
-                total = step
-            else:
-                total = total + step.repeat_interleave(scale, 1).repeat_interleave(
-                    scale, 2)[:, :height, :width]
-            if step.shape[1] <= grid and step.shape[2] <= grid:
-                return total  # this step's single grid covered the whole map
-            merged = step.permute(0, 3, 1, 2)
-            tokens = (pool_cells(merged, grid, 'max') +
-                      pool_cells(merged, grid, 'avg')).permute(0, 2, 3, 1)
-            qkv = self.qkv(tokens)
-            scale *= grid
 
 
 class InvertedResidual(nn.Module):

@@ -5,6 +5,7 @@ from .attention import (
                         set_attention_kernel,
                         split_heads,
 )
+from .hmhsa import HMHSA, grid_attention, pool_cells
 from .mlp import Mlp
 from .norm import LayerNorm2d, build_norm2d
 from .pos_embed import resize_pos_map
@@ -22,7 +23,8 @@ from .windows import (
 
 __all__ = [
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'split_heads',
-    'merge_heads', 'Mlp', 'LayerNorm2d', 'build_norm2d', 'resize_pos_map', 'RESCALES',
+    'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
+    'resize_pos_map', 'RESCALES',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
     'window_key_mask'
