@@ -13,7 +13,7 @@ import os.path as osp
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner
 
-from mmhvit.utils import prepare_runner_config, trust_local_training_checkpoints
+from mmhvit.utils import allow_training_checkpoints, prepare_runner_config
 
 
 def parse_args():
@@ -79,7 +79,7 @@ def main():
     if args.out:
         add_dump_metric(cfg, args.out)
     runner = Runner.from_cfg(cfg)
-    trust_local_training_checkpoints(runner)
+    allow_training_checkpoints(runner)
     metrics = runner.test()
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:

@@ -7,11 +7,12 @@ import argparse
 import logging
 import os
 
+import torch.distributed as dist
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 from mmengine.runner import Runner
 
-from mmhvit.utils import prepare_runner_config, trust_local_training_checkpoints
+from mmhvit.utils import allow_training_checkpoints, prepare_runner_config
 
 
 def parse_args():
@@ -43,11 +44,12 @@ def main():
     prepare_runner_config(cfg, args.launcher, args.work_dir, args.config)
 
     if args.amp:
-        if cfg.optim_wrapper.get('type', 'OptimWrapper') == 'AmpOptimWrapper':
+        if 'Amp' in cfg.optim_wrapper.get('type', 'OptimWrapper'):
             print_log('AMP is already enabled in the config', logger='current',
                       level=logging.WARNING)
         else:
-            cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            # MMEngine's AmpOptimWrapper on a GPU (float16, dynamic loss scale); bfloat16 on a CPU.
+            cfg.optim_wrapper.type = 'AnyDeviceAmpOptimWrapper'
             cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
 
     if args.auto_scale_lr:
@@ -64,8 +66,12 @@ def main():
         cfg.load_from = args.resume
 
     runner = Runner.from_cfg(cfg)
-    trust_local_training_checkpoints(runner)
+    allow_training_checkpoints(runner)
     runner.train()
+    if dist.is_initialized():
+        # An open gloo group at interpreter exit can abort a rank ("terminate called ...").
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == '__main__':

@@ -48,7 +48,8 @@ test_dataloader = val_dataloader
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_evaluator = val_evaluator
 
-train_cfg = dict(max_epochs=20, val_interval=1000)  # validation at the end, by tools/test.py
+train_cfg = dict(_delete_=True, type={{_base_.quickstart_train_loop}}, max_epochs=20,
+                 val_interval=1000)  # validation at the end, by tools/test.py
 optim_wrapper = {{_base_.quickstart_optim_wrapper}}
 param_scheduler = {{_base_.quickstart_param_scheduler}}
 default_hooks = {{_base_.quickstart_hooks}}

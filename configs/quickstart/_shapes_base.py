@@ -63,9 +63,12 @@ quickstart_param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min_ratio=0.05, by_epoch=True, begin=0,
          convert_to_iter_based=True)
 ]
-# Logs every 10 iterations; keeps only the last checkpoint.
+# Logs every 10 iterations; a checkpoint every 50 iterations and at the end (only the last kept),
+# so that a killed run loses at most 50 iterations: `tools/train.py CONFIG --resume` continues
+# mid-epoch with the same batches and random draws (ResumableEpochBasedTrainLoop).
 quickstart_hooks = dict(
     logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=True),
-    checkpoint=dict(type='CheckpointHook', by_epoch=True, interval=1000, max_keep_ckpts=1,
+    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=50, max_keep_ckpts=1,
                     save_last=True))
+quickstart_train_loop = 'ResumableEpochBasedTrainLoop'
 quickstart_randomness = dict(seed=0)

@@ -45,7 +45,7 @@ val_evaluator = dict(ann_file=data_root + 'annotations/instances_val.json')
 test_evaluator = val_evaluator
 
 # validation only at the end, by tools/test.py (the task sets max_epochs)
-train_cfg = dict(val_interval=1000)
+train_cfg = dict(type={{_base_.quickstart_train_loop}}, val_interval=1000)
 optim_wrapper = {{_base_.quickstart_optim_wrapper}}
 param_scheduler = {{_base_.quickstart_param_scheduler}}
 default_hooks = {{_base_.quickstart_hooks}}

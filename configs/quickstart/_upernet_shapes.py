@@ -56,7 +56,8 @@ val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
 test_evaluator = val_evaluator
 
 # validation only at the end, by tools/test.py
-train_cfg = dict(_delete_=True, type='EpochBasedTrainLoop', max_epochs=8, val_interval=1000)
+train_cfg = dict(_delete_=True, type={{_base_.quickstart_train_loop}}, max_epochs=8,
+                 val_interval=1000)
 optim_wrapper = {{_base_.quickstart_optim_wrapper}}
 param_scheduler = {{_base_.quickstart_param_scheduler}}
 default_hooks = {{_base_.quickstart_hooks}}

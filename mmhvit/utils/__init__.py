@@ -1,6 +1,6 @@
-from .launch import prepare_runner_config, trust_local_training_checkpoints
+from .launch import allow_training_checkpoints, prepare_runner_config
 
-__all__ = ['prepare_runner_config', 'trust_local_training_checkpoints']
+__all__ = ['prepare_runner_config', 'allow_training_checkpoints']
 from .flops import count_flops, count_params  # noqa: E402
 
 __all__ += ['count_flops', 'count_params']

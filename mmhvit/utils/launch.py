@@ -1,11 +1,12 @@
 """What tools/train.py and tools/test.py share: one config, any OpenMMLab task, GPU or CPU ranks."""
-import contextlib
 import os
 import os.path as osp
 
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+
+from ..models.checkpoint import training_checkpoint_globals
 
 
 def _init_cpu_process_group() -> None:
@@ -44,34 +45,18 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
     return cfg
 
 
-@contextlib.contextmanager
-def _full_unpickling():
-    previous = os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD')
-    os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'] = '1'
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD')
-        else:
-            os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'] = previous
+def allow_training_checkpoints(runner) -> None:
+    """Let the runner resume from / test MMEngine training checkpoints, still weights-only.
 
-
-def trust_local_training_checkpoints(runner) -> None:
-    """Let the runner resume from / test its own local training checkpoints on torch >= 2.6.
-
-    Training checkpoints pickle MMEngine's HistoryBuffer and numpy objects, which torch.load's
-    default ``weights_only=True`` refuses. Only the runner's ``load_or_resume`` step, and only for
-    a local file (never a URL), unpickles fully; pretrained weights still load weights-only.
-    Published checkpoints (tools/model_converters/publish_model.py) need none of this.
+    Training checkpoints pickle MMEngine's HistoryBuffer and numpy arrays, which torch.load's
+    default ``weights_only=True`` refuses. During the runner's ``load_or_resume`` step exactly
+    those types are allowlisted (:func:`mmhvit.models.checkpoint.training_checkpoint_globals`);
+    nothing is ever fully unpickled, so a released file given to tools/test.py cannot run code.
     """
     original = runner.load_or_resume
 
     def load_or_resume():
-        source = runner._load_from
-        if source is None or osp.isfile(str(source)) or runner._resume:
-            with _full_unpickling():
-                return original()
-        return original()
+        with training_checkpoint_globals():
+            return original()
 
     runner.load_or_resume = load_or_resume

@@ -13,6 +13,8 @@ import os.path as osp
 
 import torch
 
+from mmhvit.models.checkpoint import load_checkpoint_file
+
 
 def plain(value):
     """Keep what ``weights_only`` unpickling accepts: containers of numbers, strings and tensors."""
@@ -27,8 +29,8 @@ def plain(value):
 
 
 def publish(in_file: str, out_file: str, with_hash: bool = True) -> str:
-    # The input is a trusted training checkpoint with pickled objects (HistoryBuffer, ...).
-    checkpoint = torch.load(in_file, map_location='cpu', weights_only=False)
+    # Weights-only, with MMEngine's training-log types allowed: nothing in the file runs code.
+    checkpoint = load_checkpoint_file(in_file)
     state_dict = checkpoint.get('state_dict', checkpoint)
     published = dict(state_dict=state_dict, meta=plain(checkpoint.get('meta', {})) or {})
     stem = out_file[:-len('.pth')] if out_file.endswith('.pth') else out_file

@@ -283,6 +283,13 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         if min(x.shape[-2:]) < 1:
             raise ValueError(f'{name} needs images of at least 1x1 pixel, got '
                              f'{x.shape[-2]}x{x.shape[-1]}')
+        if not x.is_floating_point():
+            raise TypeError(f'{name} expects a floating-point image tensor (normalised, e.g. by '
+                            f'the data preprocessor), got dtype {x.dtype}')
+        tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
+        if not tracing and not torch.isfinite(x).all():
+            raise ValueError(f'{name} got an input with NaN or Inf values (shape '
+                             f'{tuple(x.shape)}); inputs must be finite')
 
     # --- freezing, norm_eval ------------------------------------------------------------------
     def stage_modules(self, index: int) -> List[nn.Module]:
@@ -348,6 +355,16 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                 f'{source} was made for {type(self).__name__} arch '
                 f'{self.describe_checkpoint(state_dict)}, but this model is arch {self.arch_name}; '
                 f'{len(mismatched)} tensors differ in shape, e.g. ' + '; '.join(mismatched[:3]))
+        unexpected = [key for key in state_dict if key not in own]
+        missing = [key for key in own if key not in state_dict]
+        # Partial checkpoints are fine (a stem only, or a deeper model's); most of both sides
+        # failing to meet is another family's checkpoint, converted to nothing that fits.
+        if len(unexpected) > len(state_dict) / 2 and len(missing) > len(own) / 2:
+            raise ValueError(
+                f'{source} is not a {type(self).__name__} checkpoint: {len(unexpected)} of its '
+                f'{len(state_dict)} tensors are not keys of this model, and {len(missing)} of the '
+                f"model's {len(own)} are missing (its keys look like {unexpected[:3]}; this model "
+                f'expects keys like {missing[:3]})')
         result = self.load_state_dict(state_dict, strict=False)
         if result.missing_keys:
             print_log(f'{source}: {len(result.missing_keys)} missing keys (left at their initial '

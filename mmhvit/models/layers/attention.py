@@ -76,7 +76,9 @@ def _matmul_attention(q, k, v, attn_mask, scale, dropout_p):
     scale = q.shape[-1]**-0.5 if scale is None else scale
     logits = (q * scale) @ k.transpose(-2, -1)
     if attn_mask is not None:
-        logits = logits.masked_fill(~attn_mask, float('-inf'))
+        # The dtype's most negative finite value, not -inf: it cannot overflow in half precision,
+        # and even a row with no valid key stays finite (uniform weights) instead of NaN.
+        logits = logits.masked_fill(~attn_mask, torch.finfo(logits.dtype).min)
     weights = logits.softmax(dim=-1)
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)

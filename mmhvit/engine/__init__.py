@@ -1,0 +1,12 @@
+"""Training-engine pieces that make long runs safe: exact mid-epoch resume, AMP on any device.
+
+They register in MMEngine's root registries under names no OpenMMLab library owns, so that a
+config of any scope (mmdet, mmseg, mmpretrain) can name them with ``custom_imports``.
+"""
+from .loops import ResumableEpochBasedTrainLoop, RNGStateHook, get_rng_state, set_rng_state
+from .optim_wrapper import AnyDeviceAmpOptimWrapper
+
+__all__ = [
+    'ResumableEpochBasedTrainLoop', 'RNGStateHook', 'get_rng_state', 'set_rng_state',
+    'AnyDeviceAmpOptimWrapper'
+]

@@ -1,0 +1,208 @@
+"""Hostile checkpoints and inputs, masked attention in half precision, bf16 autocast per family.
+
+The figures of docs/reliability.md come from these tests (run with ``-s`` to see them printed).
+"""
+import importlib.util
+import os
+import os.path as osp
+import pickle
+
+import pytest
+import torch
+from conftest import REPO, TINY_BACKBONES, run_tool
+from test_train_tools import QUICKSTART, short_run_options
+
+from mmhvit.models.backbones import TNT, NesT, TransCNN
+from mmhvit.models.checkpoint import read_state_dict
+from mmhvit.models.layers import multihead_attention
+
+FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT}
+NAMES = sorted(FAMILIES)
+
+
+def build(name, **kwargs):
+    torch.manual_seed(0)
+    model = FAMILIES[name](**{**TINY_BACKBONES[name], 'drop_path_rate': 0., **kwargs})
+    model.init_weights()
+    return model.eval()
+
+
+class CodeRunner:
+    """Unpickling this runs ``touch MARKER``: what a malicious checkpoint does."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f'touch {self.marker}', ))
+
+
+def load_converter(name):
+    path = osp.join(REPO, 'tools', 'model_converters', f'{name}2mmhvit.py')
+    spec = importlib.util.spec_from_file_location(f'{name}2mmhvit', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def hostile_files(tmp_path):
+    """name -> (path, error type, message pattern) for every kind of bad file."""
+    marker = tmp_path / 'code_ran'
+    good = tmp_path / 'good.pth'
+    torch.save({'w': torch.randn(64, 64)}, good)
+    data = good.read_bytes()
+    files = {
+        'code-running pickle': ({'state_dict': {'w': torch.ones(1)},
+                                 'payload': CodeRunner(marker)}, pickle.UnpicklingError,
+                                'refused to load checkpoint .*could run code'),
+        'empty file': (b'', ValueError, 'is empty'),
+        'truncated file': (data[:len(data) // 2], ValueError, 'corrupt or truncated'),
+        'corrupt bytes': (data[:200] + bytes(400) + data[600:], ValueError, 'corrupt'),
+        'text file': (b'model weights: see README', ValueError, 'not a checkpoint'),
+        'no tensors': ({'epoch': 3}, ValueError, 'holds no tensors'),
+    }
+    paths = {}
+    for name, (content, error, pattern) in files.items():
+        path = tmp_path / (name.replace(' ', '_').replace('-', '_') + '.pth')
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            torch.save(content, path)
+        paths[name] = (str(path), error, pattern)
+    return paths, marker
+
+
+def test_every_bad_file_gets_one_clear_error(hostile_files, capsys):
+    paths, marker = hostile_files
+    model = build('TransCNN')
+    converter = load_converter('transcnn')
+    for name, (path, error, pattern) in paths.items():
+        # the three in-process loading paths: reading, init_cfg Pretrained, a converter
+        for load in (lambda: read_state_dict(path),
+                     lambda: model.load_pretrained(path),
+                     lambda: converter.convert(path, path + '.out')):
+            with pytest.raises(error, match=pattern) as info:
+                load()
+            assert path in str(info.value), (name, str(info.value))
+        with capsys.disabled():
+            print(f'\n[reliability] {name}: {type(info.value).__name__}: '
+                  f'{str(info.value).splitlines()[0][:160]}')
+    assert not marker.exists(), 'a checkpoint ran code while being loaded'
+
+
+def test_test_tool_refuses_a_code_running_checkpoint(hostile_files, tiny_shapes, tmp_path):
+    paths, marker = hostile_files
+    path = paths['code-running pickle'][0]
+    out = run_tool('tools/test.py', QUICKSTART['retinanet'], path, '--work-dir',
+                   str(tmp_path / 'work'), '--cfg-options', *short_run_options(tiny_shapes),
+                   check=False)
+    assert 'Weights only load failed' in out
+    assert not marker.exists(), 'tools/test.py ran code from a checkpoint'
+
+
+def test_checkpoint_of_another_family_or_arch(tmp_path):
+    nest = tmp_path / 'nest.pth'
+    torch.save({'state_dict': build('NesT').state_dict()}, nest)
+    with pytest.raises(ValueError, match=f'{nest} is not a TransCNN checkpoint'):
+        build('TransCNN').load_pretrained(str(nest))
+    small = tmp_path / 'tnt_other_arch.pth'
+    other_arch = dict(TINY_BACKBONES['TNT']['arch'], embed_dims=32)
+    torch.save(build('TNT', arch=other_arch).state_dict(), small)
+    with pytest.raises(ValueError, match=f'{small} was made for TNT arch .* but this model is'):
+        build('TNT').load_pretrained(str(small))
+
+
+def test_converters_read_safetensors_like_pth(tmp_path):
+    from safetensors.torch import save_file
+    from test_transcnn import official_shapes, random_state_dict
+    official = random_state_dict(official_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
+    torch.save(official, tmp_path / 'official.pth')
+    save_file({k: v.contiguous() for k, v in official.items()}, tmp_path / 'official.safetensors')
+    converter = load_converter('transcnn')
+    for suffix in ('pth', 'safetensors'):
+        converter.convert(str(tmp_path / f'official.{suffix}'), str(tmp_path / f'{suffix}.out'))
+    from_pth = torch.load(tmp_path / 'pth.out', weights_only=True)['state_dict']
+    from_safetensors = torch.load(tmp_path / 'safetensors.out', weights_only=True)['state_dict']
+    assert from_pth.keys() == from_safetensors.keys() and len(from_pth) > 100
+    assert all(torch.equal(from_pth[k], from_safetensors[k]) for k in from_pth)
+    bad = tmp_path / 'bad.safetensors'
+    bad.write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": 1}')
+    with pytest.raises(ValueError, match=f'{bad} is not a valid .safetensors file'):
+        read_state_dict(str(bad))
+
+
+# --- inputs ----------------------------------------------------------------------------------
+@pytest.mark.parametrize('name', NAMES)
+def test_bad_inputs_get_clear_errors(name):
+    model = build(name)
+    nan = torch.randn(1, 3, 32, 32)
+    nan[0, 1, 5, 7] = float('nan')
+    inf = torch.randn(1, 3, 32, 32)
+    inf[0, 0, 0, 0] = float('inf')
+    cases = [
+        (torch.randn(1, 4, 32, 32), ValueError, 'built for 3 input channels, got 4'),
+        (torch.randn(3, 32, 32), ValueError, 'expects an NCHW batch tensor, got \\(3, 32, 32\\)'),
+        (torch.randint(0, 255, (1, 3, 32, 32), dtype=torch.uint8), TypeError,
+         'floating-point image tensor.*torch.uint8'),
+        (torch.zeros(1, 3, 32, 32, dtype=torch.int64), TypeError, 'torch.int64'),
+        (nan, ValueError, 'NaN or Inf'),
+        (inf, ValueError, 'NaN or Inf'),
+    ]
+    for x, error, pattern in cases:
+        with pytest.raises(error, match=pattern):
+            model(x)
+
+
+# --- masked attention in half precision ------------------------------------------------------
+@pytest.mark.parametrize('kernel', ['matmul', 'sdpa'])
+@pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16, torch.float16])
+def test_masked_attention_is_finite_and_ignores_padding(kernel, dtype):
+    torch.manual_seed(0)
+    groups, tokens, channels = 3, 16, 32
+    q, k, v = (2 * torch.randn(2 * groups, tokens, channels) for _ in range(3))
+    key_mask = torch.ones(groups, tokens, dtype=torch.bool)
+    key_mask[1, 10:] = False  # a partially padded group
+    key_mask[2] = False  # a group made only of padding
+    out = multihead_attention(*(t.to(dtype) for t in (q, k, v)), 4, key_mask=key_mask,
+                              kernel=kernel)
+    assert torch.isfinite(out).all()
+    # the partially padded group equals attention over its valid keys alone
+    valid = multihead_attention(q[1::3], k[1::3, :10], v[1::3, :10], 4)
+    tol = dict(rtol=0, atol=1e-4) if dtype == torch.float32 else dict(rtol=0.1, atol=1.5)
+    torch.testing.assert_close(out[1::3].float(), valid, **tol)
+
+
+def test_matmul_attention_masks_with_a_finite_value(monkeypatch):
+    """The mask fills logits with the dtype's finite minimum, never -inf."""
+    seen = []
+    original = torch.Tensor.masked_fill
+
+    def spy(self, mask, value):
+        seen.append(value)
+        return original(self, mask, value)
+
+    monkeypatch.setattr(torch.Tensor, 'masked_fill', spy)
+    q = torch.randn(2, 5, 8, dtype=torch.float16)
+    key_mask = torch.tensor([[True, True, True, False, False]])
+    multihead_attention(q, q, q, 2, key_mask=key_mask, kernel='matmul')
+    assert seen == [torch.finfo(torch.float16).min]
+
+
+# --- bf16 autocast ---------------------------------------------------------------------------
+@pytest.mark.parametrize('name', NAMES)
+def test_bf16_autocast_close_to_fp32(name, capsys):
+    model = build(name)
+    x = torch.randn(2, 3, 70, 90)
+    with torch.no_grad():
+        reference = model(x)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            half = model(x)
+    errors = []
+    for out, ref in zip(half, reference):
+        assert out.shape == ref.shape and torch.isfinite(out).all()
+        errors.append(((out.float() - ref).norm() / ref.norm()).item())
+    with capsys.disabled():
+        print(f'\n[reliability] {name} bf16 autocast relative error per output: '
+              + ', '.join(f'{e:.2e}' for e in errors))
+    assert max(errors) < 2e-2, errors

@@ -1,0 +1,119 @@
+"""A training run killed with SIGKILL mid-epoch resumes with nothing lost or repeated; CPU AMP."""
+import glob
+import json
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO
+from test_train_tools import QUICKSTART, short_run_options
+
+from mmhvit.models.checkpoint import load_checkpoint_file
+
+ITERS_PER_EPOCH = 4  # 8 generated training scenes, batch 2
+EPOCHS = 2
+
+
+def scalars(work_dir):
+    """Every logged training record of every run (timestamp folder) in ``work_dir``."""
+    records = []
+    for path in sorted(glob.glob(str(work_dir / '*' / 'vis_data' / 'scalars.json'))):
+        records += [json.loads(line) for line in open(path) if '"loss"' in line]
+    return records
+
+
+def train(config, work_dir, *extra, check=True):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, osp.join(REPO, 'tests')]))
+    proc = subprocess.run([sys.executable, 'tools/train.py', config, '--work-dir', str(work_dir),
+                           *extra], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stdout[-3000:] + proc.stderr[-6000:])
+    return proc
+
+
+def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
+    # Two epochs of 4 iterations, a checkpoint every 2; one data worker, so that the augmentation
+    # draws happen in a worker process as in real training; drop path on (random).
+    options = short_run_options(tiny_shapes, epochs=EPOCHS) + [
+        'default_hooks.checkpoint.interval=2', 'default_hooks.checkpoint.max_keep_ckpts=10',
+        'train_dataloader.num_workers=1']
+    base = QUICKSTART['retinanet']
+    killed_cfg = tmp_path / 'killed.py'
+    killed_cfg.write_text(
+        f'_base_ = {osp.join(REPO, base)!r}\n'
+        "custom_imports = dict(imports=['mmhvit', 'reliability_hooks'], "
+        'allow_failed_imports=False)\n'
+        "custom_hooks = [dict(type='KillAfterIterHook', after_iter=3)]\n")
+
+    train(base, tmp_path / 'straight', '--cfg-options', *options)
+    killed = train(str(killed_cfg), tmp_path / 'resumed', '--cfg-options', *options, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    logged_before_kill = scalars(tmp_path / 'resumed')
+    assert [r['iter'] for r in logged_before_kill] == [1, 2, 3]
+    assert osp.basename(open(tmp_path / 'resumed' / 'last_checkpoint').read().strip()) == \
+        'iter_2.pth'
+
+    # Resume the same config without the kill hook: from iter_2.pth, mid-epoch 1.
+    resumed = train(base, tmp_path / 'resumed', '--resume', '--cfg-options', *options)
+    assert 'skipped the 2 batches of epoch 1' in resumed.stdout + resumed.stderr
+    straight = {r['iter']: r for r in scalars(tmp_path / 'straight')}
+    after = scalars(tmp_path / 'resumed')[len(logged_before_kill):]
+    # Iteration 3 is trained again (it was after the last checkpoint); nothing else repeats or is
+    # skipped, and the counters continue.
+    assert [r['iter'] for r in after] == list(range(3, EPOCHS * ITERS_PER_EPOCH + 1))
+    assert [r['epoch'] for r in after] == [straight[r['iter']]['epoch'] for r in after]
+    for record in after:
+        reference = straight[record['iter']]
+        for key in ('loss', 'loss_cls', 'loss_bbox', 'lr'):
+            assert record[key] == pytest.approx(reference[key], rel=1e-5, abs=1e-5), \
+                (record['iter'], key, record[key], reference[key])
+
+    final = {}
+    for name in ('straight', 'resumed'):
+        path = open(tmp_path / name / 'last_checkpoint').read().strip()
+        final[name] = load_checkpoint_file(path)
+        assert final[name]['meta']['iter'] == EPOCHS * ITERS_PER_EPOCH
+        # an iteration checkpoint names the epoch in progress (MMEngine): the last, 0-based
+        assert final[name]['meta']['epoch'] == EPOCHS - 1
+    for key, value in final['straight']['state_dict'].items():
+        torch.testing.assert_close(final['resumed']['state_dict'][key], value, rtol=1e-5,
+                                   atol=1e-5)
+    straight_adam = final['straight']['optimizer']['state']
+    resumed_adam = final['resumed']['optimizer']['state']
+    assert straight_adam.keys() == resumed_adam.keys()
+    for index, state in straight_adam.items():
+        assert resumed_adam[index]['step'] == state['step']
+        torch.testing.assert_close(resumed_adam[index]['exp_avg'], state['exp_avg'], rtol=1e-4,
+                                   atol=1e-6)
+    assert final['resumed']['param_schedulers'] == final['straight']['param_schedulers']
+
+
+def test_amp_training_step_on_cpu_is_finite(tiny_shapes, tmp_path):
+    """``--amp`` on a CPU trains in bfloat16 autocast (MMEngine's AMP wrapper needs a GPU)."""
+    options = short_run_options(tiny_shapes) + ['train_cfg.max_epochs=1']
+    proc = train(QUICKSTART['retinanet'], tmp_path / 'amp', '--amp', '--cfg-options', *options)
+    records = scalars(tmp_path / 'amp')
+    assert len(records) == ITERS_PER_EPOCH
+    assert all(torch.isfinite(torch.tensor([r['loss'] for r in records])))
+    assert 'AnyDeviceAmpOptimWrapper' in open(
+        glob.glob(str(tmp_path / 'amp' / '*' / '*.log'))[0]).read() + proc.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='the CPU path of the wrapper')
+def test_cpu_amp_wrapper_autocasts_to_bfloat16():
+    from mmhvit.engine import AnyDeviceAmpOptimWrapper
+    model = torch.nn.Linear(4, 4)
+    wrapper = AnyDeviceAmpOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    with wrapper.optim_context(model):
+        out = model(torch.randn(2, 4))
+    assert out.dtype == torch.bfloat16
+    wrapper.update_params(out.float().sum())
+    assert 'loss_scaler' in wrapper.state_dict()
+    with pytest.raises(ValueError, match='bfloat16'):
+        AnyDeviceAmpOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                 dtype='float16')
