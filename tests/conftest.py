@@ -37,3 +37,27 @@ TINY_BACKBONES = {
     'TNT': dict(arch=dict(embed_dims=16, inner_dims=4, depths=[1, 1, 1, 1], num_heads=2,
                           inner_num_heads=1), pretrain_img_size=64),
 }
+
+
+def poison_padding(monkeypatch, value=1e3):
+    """Make every ``pad_nhwc`` of the package fill its padding with ``value`` instead of zeros;
+    returns a list that counts the padding calls (a test can check that padding happened)."""
+    import sys
+
+    from mmhvit.models.layers import windows
+    original = windows.pad_nhwc
+    calls = []
+
+    def pad_with_garbage(x, pad_h, pad_w):
+        out = original(x, pad_h, pad_w)
+        if pad_h or pad_w:
+            calls.append((pad_h, pad_w))
+            out = out.clone()
+            out[:, x.shape[1]:] = value
+            out[:, :, x.shape[2]:] = value
+        return out
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith('mmhvit') and getattr(module, 'pad_nhwc', None) is original:
+            monkeypatch.setattr(module, 'pad_nhwc', pad_with_garbage)
+    return calls
