@@ -4,7 +4,7 @@ mmhvit, without its source tree.
     mmhvit list                    # the configs (paths under configs/)
     mmhvit zoo                     # the model zoo of configs/metafile.yml
     mmhvit path CONFIG             # where an installed config is
-    mmhvit dump CONFIG DIR         # DIR/<config>.py with every base merged in: start from it anywhere
+    mmhvit dump CONFIG DIR         # DIR/<config>.py, every base merged in: start from it anywhere
     mmhvit demo IMAGE CONFIG [CHECKPOINT] --out-file out.png   # = demo/image_demo.py
 
 CONFIG is a path under configs/ (``.py`` optional), a model-zoo name or a config's file name.
@@ -27,8 +27,9 @@ def _zoo(args):
     rows = [('name', 'backbone', 'data', 'result', 'config')]
     for model in model_zoo():
         results = model.get('Results') or []
-        result = '; '.join(f'{r["Dataset"]} ' + ', '.join(f'{k} {v}' for k, v in r['Metrics'].items())
-                           for r in results) or 'not trained'
+        result = '; '.join(
+            f'{r["Dataset"]} ' + ', '.join(f'{k} {v}' for k, v in r['Metrics'].items())
+            for r in results) or 'not trained'
         data = (model.get('Metadata') or {}).get('Training Data', '')
         rows.append((model['Name'], model['In Collection'], data, result, model['Config']))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]

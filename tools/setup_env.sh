@@ -63,12 +63,11 @@ PY
 }
 
 link_package() {
-    "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT" >> "$LOG" 2>&1 ||
-        fail "pip install -e $ROOT"
+    "$VENV/bin/python" -m pip install --no-deps --no-build-isolation -e "$ROOT"
 }
 
 if [ -f "$STAMP" ] && verify_stack 2>>"$LOG"; then
-    link_package
+    link_package >> "$LOG" 2>&1 || fail "pip install -e $ROOT"
     log "environment already complete at $VENV ($SECONDS s)"
     exit 0
 fi
@@ -118,7 +117,7 @@ fi
 
 step "installing the OpenMMLab stack and test tools" \
     "${PIP[@]}" install -r "$REQ/runtime.txt" -r "$REQ/tests.txt" -r "$REQ/mmcv.txt"
-link_package
+step "installing mmhvit from $ROOT (editable)" link_package
 verify_stack 2>>"$LOG" || fail "the stack does not import (mmcv ops, mmdet, mmseg, mmpretrain)"
 rm -f "$VENV"/.mmhvit-stack-*
 touch "$STAMP"

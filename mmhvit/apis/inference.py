@@ -47,7 +47,10 @@ def task_of(cfg: Config) -> str:
 
 
 def _summary(task: str, result: dict, classes, score_thr: float) -> str:
-    name = (lambda i: classes[i] if classes is not None and i < len(classes) else str(i))
+
+    def name(i):
+        return classes[i] if classes is not None and i < len(classes) else str(i)
+
     if task == 'mmdet':
         pred = result['predictions'][0]
         kept = [i for i, s in enumerate(pred['scores']) if s >= score_thr]
@@ -64,13 +67,14 @@ def _summary(task: str, result: dict, classes, score_thr: float) -> str:
         parts = [f'{name(int(labels[i]))} {counts[i] / seg.size:.1%}' for i in order]
         return f'{seg.shape[1]}x{seg.shape[0]} label map: ' + ', '.join(parts)
     pred = result[0]
-    return f'class {pred["pred_label"]} ({name(pred["pred_label"])}), score {pred["pred_score"]:.3f}'
+    label = pred['pred_label']
+    return f'class {label} ({name(label)}), score {pred["pred_score"]:.3f}'
 
 
 def infer_image(image: str, config: str, checkpoint: Optional[str] = None,
                 out_file: Optional[str] = None, device: Optional[str] = None,
                 score_thr: float = 0.3) -> str:
-    """Run ``config`` (with ``checkpoint``'s weights) on ``image``, draw the result into ``out_file``.
+    """Run ``config`` with ``checkpoint``'s weights on ``image``; draw the result in ``out_file``.
 
     Args:
         image: path of the input image.
