@@ -3,7 +3,7 @@ mmhvit, without its source tree.
 
     mmhvit list                    # the configs (paths under configs/)
     mmhvit zoo                     # the model zoo of configs/metafile.yml
-    mmhvit path CONFIG             # where an installed config is
+    mmhvit path [CONFIG]           # where an installed config is (no CONFIG: configs/ tools/ demo/)
     mmhvit dump CONFIG DIR         # DIR/<config>.py, every base merged in: start from it anywhere
     mmhvit demo IMAGE CONFIG [CHECKPOINT] --out-file out.png   # = demo/image_demo.py
 
@@ -38,7 +38,7 @@ def _zoo(args):
 
 
 def _path(args):
-    print(osp.abspath(find_config(args.config)))
+    print(osp.abspath(find_config(args.config) if args.config else mim_root()))
 
 
 def dump_config(config: str, out_dir: str, options: dict = None) -> str:
@@ -81,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser('zoo', help='list the model zoo (configs/metafile.yml)')
     sub.set_defaults(func=_zoo)
 
-    sub = commands.add_parser('path', help="print a config's installed path")
-    sub.add_argument('config', help='path under configs/, model-zoo name or file name')
+    sub = commands.add_parser(
+        'path', help="print a config's installed path; without CONFIG the folder that holds "
+        'configs/, tools/ (train.py, test.py, ...), demo/ and model-index.yml')
+    sub.add_argument('config', nargs='?', help='path under configs/, model-zoo name or file name')
     sub.set_defaults(func=_path)
 
     sub = commands.add_parser('dump', help='write a config with its bases merged into DIR')

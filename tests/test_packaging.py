@@ -173,6 +173,8 @@ def test_command_names_a_missing_config(capsys):
     main(['path', 'configs/quickstart/upernet_r18_8e_shapes'])
     assert capsys.readouterr().out.strip() == osp.join(REPO, 'configs', 'quickstart',
                                                         'upernet_r18_8e_shapes.py')
+    main(['path'])  # a source checkout: the repository's own configs/ and tools/
+    assert capsys.readouterr().out.strip() == REPO
 
 
 def setup_env(venv, log):
