@@ -35,9 +35,8 @@ def tiny_checkpoint(task, data_root, tmp_path):
 @pytest.mark.parametrize('task', sorted(CONFIGS))
 def test_demo_draws_and_prints_each_task(task, tiny_shapes, tmp_path, capsys):
     weights = tiny_checkpoint(task, tiny_shapes, tmp_path)
-    image = (tiny_shapes / 'crops' / 'val' / 'square' / sorted(
-        (tiny_shapes / 'crops' / 'val' / 'square').iterdir())[0].name if task == 'cls'
-        else tiny_shapes / 'img_dir' / 'val' / '000001.png')
+    images = tiny_shapes / ('crops/val/square' if task == 'cls' else 'img_dir/val')
+    image = sorted(images.glob('*.png'))[0]
     out_file = tmp_path / 'drawn' / 'out.png'
     # the demo runs the config as `mmhvit dump` writes it; after one iteration every box is unsure:
     # keep them all (the model's own filter and the drawing threshold)
