@@ -72,3 +72,8 @@ CKPT="$(cat "$WORK_DIR/last_checkpoint")"
 echo "$(( $(date +%s) - start ))" > "$WORK_DIR/wall_seconds"
 
 "$PY" tools/analysis_tools/quickstart_results.py summary "$WORK_DIR"
+case "$NAME" in
+    classifier_*) IMAGES=(data/shapes/crops/val/square/*.png) ;;
+    *) IMAGES=(data/shapes/img_dir/val/*.png) ;;
+esac
+echo "try it on an image:  $PY demo/image_demo.py ${IMAGES[0]} $CONFIG $WORK_DIR/weights.pth --out-file $WORK_DIR/demo.png"

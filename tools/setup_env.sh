@@ -6,6 +6,8 @@
 # Idempotent: a second run that finds the same pins installed and the stack importable ends in seconds.
 # mmcv 2.1.0 has no wheel for this torch, so it is built once from its source release, with its compiled
 # ops, and the wheel is kept in $MMHVIT_WHEEL_CACHE (default ~/.cache/mmhvit/wheels) for later set-ups.
+# Prints one line per step with its time; pip's and the mmcv build's full output goes to the log
+# ($MMHVIT_SETUP_LOG, default $VENV/setup_env.log), whose last 40 lines are printed on a failure.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,8 +15,36 @@ VENV="${MMHVIT_VENV:-$ROOT/.venv}"
 WHEELS="${MMHVIT_WHEEL_CACHE:-$HOME/.cache/mmhvit/wheels}"
 PYTHON_BIN="${PYTHON:-python3}"
 REQ="$ROOT/requirements"
+LOG="${MMHVIT_SETUP_LOG:-$VENV/setup_env.log}"
+mkdir -p "$(dirname "$LOG")"
+: > "$LOG"  # the log of this run
 
 log() { printf '[setup_env] %s\n' "$*"; }
+
+fail() {
+    printf '[setup_env] FAILED: %s. Last 40 lines of its log:\n' "$1" >&2
+    tail -n 40 "$LOG" >&2
+    printf '[setup_env] full log: %s\n' "$LOG" >&2
+    exit 1
+}
+
+# step MESSAGE COMMAND...: runs COMMAND (a function stops at its first failing command) with its
+# output in the log, on one printed line that ends with the step's time.
+step() {
+    local message="$1" start=$SECONDS rc
+    shift
+    printf '[setup_env] %s ... ' "$message"
+    printf '\n==> %s\n' "$message" >> "$LOG"
+    set +e
+    ( set -e; "$@" ) >> "$LOG" 2>&1
+    rc=$?
+    set -e
+    if [ "$rc" -ne 0 ]; then
+        printf 'failed after %d s\n' "$(( SECONDS - start ))"
+        fail "$message"
+    fi
+    printf 'done (%d s)\n' "$(( SECONDS - start ))"
+}
 
 # The stamp records what was installed; the package itself is re-linked every run because the
 # venv may serve several clones (MMHVIT_VENV).
@@ -22,69 +52,73 @@ stamp_of() { cat "$REQ"/*.txt "$ROOT/tools/setup_env.sh" | sha256sum | cut -c1-1
 STAMP="$VENV/.mmhvit-stack-$(stamp_of)"
 
 verify_stack() {
-    "$VENV/bin/python" - <<'EOF'
+    "$VENV/bin/python" - <<'PY'
 import mmcv
 from mmcv.ops import nms, RoIAlign  # noqa: F401  (fails if mmcv was built without its ops)
 import mmdet, mmseg, mmpretrain, mmengine, torch
 print(f'[setup_env] stack ok: torch {torch.__version__}, mmengine {mmengine.__version__}, '
       f'mmcv {mmcv.__version__} (with ops), mmdet {mmdet.__version__}, '
       f'mmseg {mmseg.__version__}, mmpretrain {mmpretrain.__version__}')
-EOF
+PY
 }
 
 link_package() {
-    local out
-    if ! out="$("$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT" 2>&1)"; then
-        printf '%s\n' "$out" >&2
-        return 1
-    fi
+    "$VENV/bin/python" -m pip install --no-deps --no-build-isolation -e "$ROOT"
 }
 
-if [ -f "$STAMP" ] && verify_stack 2>/dev/null; then
-    link_package
-    log "environment already complete at $VENV"
+if [ -f "$STAMP" ] && verify_stack 2>>"$LOG"; then
+    link_package >> "$LOG" 2>&1 || fail "pip install -e $ROOT"
+    log "environment already complete at $VENV ($SECONDS s)"
     exit 0
 fi
 
+log "setting up $VENV (full output: $LOG)"
 if [ ! -x "$VENV/bin/python" ]; then
-    log "creating virtual environment $VENV"
-    "$PYTHON_BIN" -m venv "$VENV"
+    step "creating the virtual environment" "$PYTHON_BIN" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip)
-"${PIP[@]}" install -q --upgrade pip
-"${PIP[@]}" install -q -r "$REQ/build.txt"
-log "installing torch (requirements/torch.txt)"
-"${PIP[@]}" install -q -r "$REQ/torch.txt"
+
+install_build_tools() {
+    "${PIP[@]}" install --upgrade pip
+    "${PIP[@]}" install -r "$REQ/build.txt"
+}
+step "updating pip, installing the build tools (requirements/build.txt)" install_build_tools
+step "installing torch (requirements/torch.txt)" "${PIP[@]}" install -r "$REQ/torch.txt"
 
 MMCV_VERSION="$(grep -E '^mmcv==' "$REQ/mmcv.txt" | cut -d= -f3)"
 if ! "$VENV/bin/python" -c "import mmcv, sys; from mmcv.ops import nms; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
     TORCH_TAG="$("$VENV/bin/python" -c 'import torch, sys; v = torch.__version__.split("+")[0]; print("torch%s-py%d%d" % (v, *sys.version_info[:2]))')"
     KEEP="$WHEELS/$TORCH_TAG"
     mkdir -p "$KEEP"
-    if ! ls "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl >/dev/null 2>&1; then
-        log "building mmcv $MMCV_VERSION with ops against $TORCH_TAG (about 20 minutes on 2 cores, once per machine)"
-        BUILD="$(mktemp -d)"
-        "${PIP[@]}" download -q --no-deps --no-build-isolation --no-binary :all: -d "$BUILD" "mmcv==$MMCV_VERSION"
-        tar -xzf "$BUILD"/mmcv-"$MMCV_VERSION".tar.gz -C "$BUILD"
-        SRC="$BUILD/mmcv-$MMCV_VERSION"
+    build_mmcv() {
+        local build src
+        build="$(mktemp -d)"
+        "${PIP[@]}" download --no-deps --no-build-isolation --no-binary :all: -d "$build" "mmcv==$MMCV_VERSION"
+        tar -xzf "$build"/mmcv-"$MMCV_VERSION".tar.gz -C "$build"
+        src="$build/mmcv-$MMCV_VERSION"
         # torch >= 2.14 headers require C++20; mmcv 2.1.0 hard-codes C++17 (mmcv issue #3341).
         if "$VENV/bin/python" -c 'import torch, sys; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(v < (2, 14))'; then
-            sed -i 's/-std=c++17/-std=c++20/g' "$SRC/setup.py"
+            sed -i 's/-std=c++17/-std=c++20/g' "$src/setup.py"
         fi
-        (cd "$SRC" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
-            "$VENV/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$KEEP" .)
-        rm -rf "$BUILD"
+        (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
+            "$VENV/bin/python" -m pip wheel --no-deps --no-build-isolation -w "$KEEP" .)
+        rm -rf "$build"
+    }
+    if ! ls "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl >/dev/null 2>&1; then
+        step "building mmcv $MMCV_VERSION with its ops against $TORCH_TAG: about 15-20 minutes, once per machine (the wheel is kept in $KEEP)" build_mmcv
     fi
-    log "installing mmcv from $(ls "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl)"
-    "${PIP[@]}" install -q --no-deps --force-reinstall "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl
-    # mmcv's own runtime dependencies, without letting pip touch mmcv itself.
-    "${PIP[@]}" install -q addict packaging Pillow pyyaml yapf opencv-python numpy
+    install_mmcv() {
+        "${PIP[@]}" install --no-deps --force-reinstall "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl
+        # mmcv's own runtime dependencies, without letting pip touch mmcv itself.
+        "${PIP[@]}" install addict packaging Pillow pyyaml yapf opencv-python numpy
+    }
+    step "installing mmcv from $(ls "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl)" install_mmcv
 fi
 
-log "installing the OpenMMLab stack and test tools"
-"${PIP[@]}" install -q -r "$REQ/runtime.txt" -r "$REQ/tests.txt" -r "$REQ/mmcv.txt"
-link_package
-verify_stack
+step "installing the OpenMMLab stack and test tools" \
+    "${PIP[@]}" install -r "$REQ/runtime.txt" -r "$REQ/tests.txt" -r "$REQ/mmcv.txt"
+step "installing mmhvit from $ROOT (editable)" link_package
+verify_stack 2>>"$LOG" || fail "the stack does not import (mmcv ops, mmdet, mmseg, mmpretrain)"
 rm -f "$VENV"/.mmhvit-stack-*
 touch "$STAMP"
-log "environment ready: source $VENV/bin/activate"
+log "environment ready in $SECONDS s: source $VENV/bin/activate"

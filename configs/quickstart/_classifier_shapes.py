@@ -11,7 +11,8 @@ _base_ = [
 custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
 
 data_root = 'data/shapes/crops'
-classes = ('circle', 'square', 'triangle', 'no_shape')
+# CustomDataset numbers the class folders alphabetically: the names follow that order
+classes = ('circle', 'no_shape', 'square', 'triangle')
 image_scale = (96, 96)
 model = dict(
     type='ImageClassifier',

@@ -1,0 +1,3 @@
+from mmhvit.cli import main
+
+main()

@@ -1,0 +1,118 @@
+"""The ``mmhvit`` command (also ``python -m mmhvit``): the configs and model zoo of an installed
+mmhvit, without its source tree.
+
+    mmhvit list                    # the configs (paths under configs/)
+    mmhvit zoo                     # the model zoo of configs/metafile.yml
+    mmhvit path [CONFIG]           # where an installed config is (no CONFIG: configs/ tools/ demo/)
+    mmhvit dump CONFIG DIR         # DIR/<config>.py, every base merged in: start from it anywhere
+    mmhvit demo IMAGE CONFIG [CHECKPOINT] --out-file out.png   # = demo/image_demo.py
+
+CONFIG is a path under configs/ (``.py`` optional), a model-zoo name or a config's file name.
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+from mmhvit.mim import find_config, list_configs, mim_root, model_zoo
+from mmhvit.version import __version__
+
+
+def _list(args):
+    for config in list_configs(with_bases=args.all):
+        print(config)
+
+
+def _zoo(args):
+    rows = [('name', 'backbone', 'data', 'result', 'config')]
+    for model in model_zoo():
+        results = model.get('Results') or []
+        result = '; '.join(
+            f'{r["Dataset"]} ' + ', '.join(f'{k} {v}' for k, v in r['Metrics'].items())
+            for r in results) or 'not trained'
+        data = (model.get('Metadata') or {}).get('Training Data', '')
+        rows.append((model['Name'], model['In Collection'], data, result, model['Config']))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print('  '.join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def _path(args):
+    print(osp.abspath(find_config(args.config) if args.config else mim_root()))
+
+
+def dump_config(config: str, out_dir: str, options: dict = None) -> str:
+    """Write ``config`` with its bases merged (``mmdet::`` ones from the installed library) and
+    ``options`` applied to ``out_dir/<name>.py``; returns that path."""
+    from mmengine.config import Config
+    path = find_config(config)
+    cfg = Config.fromfile(path)
+    if options:
+        cfg.merge_from_dict(options)
+    os.makedirs(out_dir, exist_ok=True)
+    out = osp.join(out_dir, osp.basename(path))
+    cfg.dump(out)
+    return out
+
+
+def _dump(args):
+    print(dump_config(args.config, args.dir, args.cfg_options))
+
+
+def _demo(args):
+    from mmhvit.apis import infer_image
+    print(infer_image(args.image, find_config(args.config), args.checkpoint, args.out_file,
+                      args.device, args.score_thr))
+    print(f'drawing: {args.out_file}')
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mmengine.config import DictAction
+    parser = argparse.ArgumentParser(
+        prog='mmhvit', description='Configs and model zoo of mmhvit (TransCNN, NesT, TNT).',
+        epilog=f'files: {mim_root()}')
+    parser.add_argument('--version', action='version', version=f'mmhvit {__version__}')
+    commands = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+
+    sub = commands.add_parser('list', help='list the configs')
+    sub.add_argument('--all', action='store_true', help='also the bases (_name.py)')
+    sub.set_defaults(func=_list)
+
+    sub = commands.add_parser('zoo', help='list the model zoo (configs/metafile.yml)')
+    sub.set_defaults(func=_zoo)
+
+    sub = commands.add_parser(
+        'path', help="print a config's installed path; without CONFIG the folder that holds "
+        'configs/, tools/ (train.py, test.py, ...), demo/ and model-index.yml')
+    sub.add_argument('config', nargs='?', help='path under configs/, model-zoo name or file name')
+    sub.set_defaults(func=_path)
+
+    sub = commands.add_parser('dump', help='write a config with its bases merged into DIR')
+    sub.add_argument('config', help='path under configs/, model-zoo name or file name')
+    sub.add_argument('dir', help='output directory (created if missing)')
+    sub.add_argument('--cfg-options', nargs='+', action=DictAction,
+                     help='override settings, key=value as in tools/train.py')
+    sub.set_defaults(func=_dump)
+
+    sub = commands.add_parser('demo', help='run a config on one image and draw the result')
+    sub.add_argument('image', help='input image')
+    sub.add_argument('config', help='config path or name')
+    sub.add_argument('checkpoint', nargs='?', help='weights (default: none, random init)')
+    sub.add_argument('--out-file', default='out.png', help='the drawn result (default out.png)')
+    sub.add_argument('--device', help='cpu, cuda, ... (default: a GPU if there is one)')
+    sub.add_argument('--score-thr', type=float, default=0.3,
+                     help='detection: boxes below this score are not drawn (default 0.3)')
+    sub.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except FileNotFoundError as error:
+        sys.exit(f'mmhvit {args.command}: {error}')
+
+
+if __name__ == '__main__':
+    main()
