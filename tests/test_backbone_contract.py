@@ -3,6 +3,7 @@
 init_cfg (single and list), pretrained, argument checks, padding invariance, drop-path schedule.
 The per-family files keep the numeric equivalence with the reference implementations."""
 import math
+import sys
 
 import pytest
 import torch
@@ -12,10 +13,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import mmhvit.models.backbones.base_backbone as base_module
 import mmhvit.models.layers.stage as stage_module
-from mmhvit.models.backbones import TNT, NesT, TransCNN
+from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
 from mmhvit.models.layers import pad_nhwc
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT}
+FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT}
 NAMES = sorted(FAMILIES)
 STRIDES = (4, 8, 16, 32)
 
@@ -101,8 +102,10 @@ def test_frozen_stages(name, frozen):
     assert covered == sum(p.numel() for p in model.parameters())  # every parameter is in a stage
 
 
-# Families whose default layers have no BatchNorm get one where they can (TNT's pyramid).
-BN_OPTION = {'TransCNN': {}, 'TNT': dict(pyramid_norm_cfg=dict(type='BN')), 'NesT': None}
+# Families whose default layers have no BatchNorm get one where they can (TNT's pyramid, HAT-Net's
+# norm_cfg).
+BN_OPTION = {'TransCNN': {}, 'HATNet': dict(norm_cfg=dict(type='BN')),
+             'TNT': dict(pyramid_norm_cfg=dict(type='BN')), 'NesT': None}
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -258,7 +261,8 @@ def test_one_vocabulary():
         for arch in cls.arch_zoo.values():
             assert {'embed_dims', 'depths', 'num_heads'} <= set(arch)
     # None: the arch's value, which is what its official weights have
-    assert [cls.optional_keys['qkv_bias'] for cls in (TransCNN, NesT, TNT)] == [True, True, False]
+    assert [cls.optional_keys['qkv_bias']
+            for cls in (TransCNN, HATNet, NesT, TNT)] == [True, True, True, False]
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -284,17 +288,26 @@ def test_padding_never_changes_valid_outputs(models, name, monkeypatch):
         poisoned = build(name, size_divisor=64).eval()  # a whole row and column of padding
         poisoned.load_state_dict(model.state_dict())
     else:
-        module = __import__(type(model).__module__, fromlist=['pad_nhwc'])
+        calls = []
 
         def pad_with_garbage(x, pad_h, pad_w):
+            calls.append((pad_h, pad_w))
             out = pad_nhwc(x, pad_h, pad_w).clone()
             out[:, x.shape[1]:] = 1e3
             out[:, :, x.shape[2]:] = 1e3
             return out
 
-        monkeypatch.setattr(module, 'pad_nhwc', pad_with_garbage)
+        # Wherever the family's padding happens (its own module or a shared layer it uses).
+        users = [m for n, m in list(sys.modules.items())
+                 if n.startswith('mmhvit.') and getattr(m, 'pad_nhwc', None) is pad_nhwc
+                 and n != 'mmhvit.models.layers' and not n.endswith('.windows')]
+        assert users
+        for module in users:
+            monkeypatch.setattr(module, 'pad_nhwc', pad_with_garbage)
         poisoned = model
     with torch.no_grad():
         got = poisoned(x)
+    if name != 'TNT':
+        assert any(pad_h or pad_w for pad_h, pad_w in calls)  # padding did happen
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
