@@ -17,10 +17,8 @@ import torch.nn.functional as F
 from conftest import REPO, run_tool
 from test_transcnn import (
     assert_close,
-    r_attention,
-    r_cell_pool,
     r_conv,
-    r_window_attention,
+    r_hmhsa,
     read_official_keys,
     tool_env,
 )
@@ -126,18 +124,6 @@ def r_gn(x, sd, name):
     return F.group_norm(x, 1, sd[name + '.weight'], sd[name + '.bias'], 1e-6)
 
 
-def r_hmhsa(x, sd, name, heads, grid, ratio):
-    qkv = r_conv(r_gn(x, sd, name + '.norm'), sd, name + '.qkv')
-    if grid == 1:
-        out = r_attention(*qkv.flatten(2).chunk(3, dim=1), heads)
-    else:
-        y = r_gn(x + r_window_attention(qkv, grid, heads), sd, name + '.grid_norm')
-        kv = r_conv(r_gn(r_cell_pool(y, ratio, 'mean'), sd, name + '.ds_norm'), sd, name + '.kv')
-        q = r_conv(y, sd, name + '.q').flatten(2)
-        out = r_attention(q, *kv.flatten(2).chunk(2, dim=1), heads) + y.flatten(2)
-    return r_conv(out.reshape(x.shape), sd, name + '.proj')
-
-
 def r_irb(x, sd, name, kernel):
     x = F.silu(r_conv(r_gn(x, sd, name + '.conv1.0'), sd, name + '.conv1.1'))
     x = F.silu(r_conv(x, sd, name + '.conv2.0', padding=kernel // 2, groups=x.shape[1]))
@@ -155,7 +141,8 @@ def reference_forward(sd, x, official):
             x = r_gn(r_conv(x, sd, f'ds{s + 1}.conv', stride=2, padding=1), sd, f'ds{s + 1}.norm')
         heads = o['dims'][s] // o['head_dim']
         for i in range(o['depths'][s]):
-            x = x + r_hmhsa(x, sd, f'blocks.{s}.{i}.attn', heads, o['grids'][s], o['ratios'][s])
+            x = x + r_hmhsa(x, sd, f'blocks.{s}.{i}.attn', heads, o['grids'][s], o['ratios'][s],
+                            r_gn)
             x = x + r_irb(x, sd, f'blocks.{s}.{i}.conv', o['kernels'][s])
         feats.append(x)
     logits = None
