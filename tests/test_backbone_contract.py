@@ -12,9 +12,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import mmhvit.models.backbones.base_backbone as base_module
 import mmhvit.models.layers.stage as stage_module
-from mmhvit.models.backbones import TNT, NesT, TransCNN
+from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT}
+FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT}
 NAMES = sorted(FAMILIES)
 STRIDES = (4, 8, 16, 32)
 
@@ -100,8 +100,10 @@ def test_frozen_stages(name, frozen):
     assert covered == sum(p.numel() for p in model.parameters())  # every parameter is in a stage
 
 
-# Families whose default layers have no BatchNorm get one where they can (TNT's pyramid).
-BN_OPTION = {'TransCNN': {}, 'TNT': dict(pyramid_norm_cfg=dict(type='BN')), 'NesT': None}
+# Families whose default layers have no BatchNorm get one where they can (TNT's pyramid, HAT-Net's
+# norm_cfg).
+BN_OPTION = {'TransCNN': {}, 'HATNet': dict(norm_cfg=dict(type='BN')),
+             'TNT': dict(pyramid_norm_cfg=dict(type='BN')), 'NesT': None}
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -257,7 +259,8 @@ def test_one_vocabulary():
         for arch in cls.arch_zoo.values():
             assert {'embed_dims', 'depths', 'num_heads'} <= set(arch)
     # None: the arch's value, which is what its official weights have
-    assert [cls.optional_keys['qkv_bias'] for cls in (TransCNN, NesT, TNT)] == [True, True, False]
+    assert [cls.optional_keys['qkv_bias']
+            for cls in (TransCNN, HATNet, NesT, TNT)] == [True, True, True, False]
 
 
 @pytest.mark.parametrize('name', NAMES)

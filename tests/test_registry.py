@@ -8,7 +8,7 @@ import torch
 from conftest import REPO, TINY_BACKBONES
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
-PLAIN_NAMES = ('TransCNN', 'NesT')  # mmpretrain owns a class named TNT
+PLAIN_NAMES = ('TransCNN', 'HATNet', 'NesT')  # mmpretrain owns a class named TNT
 
 
 def run_python(code: str) -> dict:

@@ -159,13 +159,15 @@ def r_cell_pool(x, cell, op):
     ], -2)
 
 
-def r_hmhsa(x, sd, name, heads, grid, ratio):
-    qkv = r_conv(r_bn(x, sd, name + '.norm'), sd, name + '.qkv')
+def r_hmhsa(x, sd, name, heads, grid, ratio, norm=None):
+    """Official H-MHSA; ``norm`` (default BatchNorm) is HAT-Net's GroupNorm there."""
+    norm = norm or r_bn
+    qkv = r_conv(norm(x, sd, name + '.norm'), sd, name + '.qkv')
     if grid == 1:
         out = r_attention(*qkv.flatten(2).chunk(3, dim=1), heads)
     else:
-        y = r_bn(x + r_window_attention(qkv, grid, heads), sd, name + '.grid_norm')
-        kv = r_conv(r_bn(r_cell_pool(y, ratio, 'mean'), sd, name + '.ds_norm'), sd, name + '.kv')
+        y = norm(x + r_window_attention(qkv, grid, heads), sd, name + '.grid_norm')
+        kv = r_conv(norm(r_cell_pool(y, ratio, 'mean'), sd, name + '.ds_norm'), sd, name + '.kv')
         q = r_conv(y, sd, name + '.q').flatten(2)
         out = r_attention(q, *kv.flatten(2).chunk(2, dim=1), heads) + y.flatten(2)
     return r_conv(out.reshape(x.shape), sd, name + '.proj')

@@ -13,6 +13,13 @@ backbones = dict(
         arch=dict(embed_dims=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_heads=[1, 1, 2, 4],
                   mlp_ratio=[4, 4, 4, 4], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1]),
         drop_path_rate=0.),
+    # A half-width HAT-Net-Tiny (as the TransCNN above is of TransCNN-Tiny) with TransCNN-q's
+    # depths: the official expansions, grids (8, 7, 7, 1), pool ratios and head width (= stage 1).
+    hatnet=dict(
+        _delete_=True, type='mmhvit.HATNet',
+        arch=dict(embed_dims=[24, 48, 120, 192], depths=[1, 1, 2, 1], num_heads=[1, 2, 5, 8],
+                  mlp_ratio=[8, 8, 4, 4], grid_sizes=[8, 7, 7, 1], ds_ratios=[8, 4, 2, 1]),
+        drop_path_rate=0.),
     # NesT with blocks of 8 x 8 tokens (4 x 4 blocks at stride 4 on a 256 image) and the same
     # widths: levels 32/64/128, the stride-32 aggregation to 256 with one transformer layer.
     nest=dict(
@@ -32,8 +39,8 @@ backbones = dict(
         _delete_=True, type='ResNet', depth=18, frozen_stages=-1, norm_eval=False,
         norm_cfg=dict(type='BN', requires_grad=True), init_cfg=None),
 )
-channels = dict(transcnn=[32, 64, 128, 256], nest=[32, 64, 128, 256], tnt=[128, 128, 128, 128],
-                r18=[64, 128, 256, 512])
+channels = dict(transcnn=[32, 64, 128, 256], hatnet=[24, 48, 120, 192], nest=[32, 64, 128, 256],
+                tnt=[128, 128, 128, 128], r18=[64, 128, 256, 512])
 # Strides 8-32 only (RetinaNet's FPN): nothing is built or run for the stride-4 output.
 backbones_c3_c5 = {name: dict(cfg, out_indices=(1, 2, 3)) for name, cfg in backbones.items()}
 channels_c3_c5 = {name: c[1:] for name, c in channels.items()}
@@ -44,6 +51,7 @@ channels_c5 = {name: c[3] for name, c in channels.items()}
 # runs it first when its checkpoint is missing), as ADE20K recipes start from ImageNet weights.
 classifier_checkpoints = dict(
     transcnn='work_dirs/classifier_transcnn-q_20e_shapes/weights.pth',
+    hatnet='work_dirs/classifier_hatnet-q_20e_shapes/weights.pth',
     nest='work_dirs/classifier_nest-q_20e_shapes/weights.pth',
     tnt='work_dirs/classifier_tnt-q_20e_shapes/weights.pth',
     r18='work_dirs/classifier_r18_20e_shapes/weights.pth')

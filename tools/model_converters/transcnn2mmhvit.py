@@ -20,10 +20,13 @@ from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
 
 def convert(src: str, dst: str) -> dict:
     state_dict = read_state_dict(src)
+    try:
+        converted = convert_transcnn_checkpoint(state_dict, with_head=True)
+    except ValueError as error:  # a HAT-Net checkpoint
+        raise SystemExit(f'{src}: {error} (hatnet2mmhvit.py converts it)')
     if not is_official_transcnn(state_dict):
         raise SystemExit(f'{src} does not have the official TransCNN layout (patch_embed.0, '
                          f'blocks.*, ds2-4, classifier.1)')
-    converted = convert_transcnn_checkpoint(state_dict, with_head=True)
     meta = dict(source=osp.basename(src), arch=describe_transcnn_checkpoint(converted),
                 converter='tools/model_converters/transcnn2mmhvit.py',
                 head_in_channels=int(converted['head.fc.weight'].shape[1]),

@@ -7,6 +7,7 @@ ImageNet weights load through :func:`convert_transcnn_checkpoint`; on top of it 
 any input size and offers the paper's iterative H-MHSA as ``attn_mode='iterative'``.
 """
 import re
+from abc import abstractmethod
 from collections import OrderedDict
 from typing import Dict, List, Optional, Union
 
@@ -24,24 +25,36 @@ from .base_backbone import HViTBackbone
 
 
 class InvertedResidual(nn.Module):
-    """IRB: 1x1 conv - norm - act -> depthwise kxk - norm - act -> 1x1 conv - norm (no biases)."""
+    """IRB: 1x1 conv -> depthwise kxk -> 1x1 conv (no biases), activations after the first two.
+
+    ``norm_layout='post'`` (TransCNN): a norm after every conv,
+    ``act(norm1(conv1)) -> act(norm2(conv2)) -> norm3(conv3)``. ``norm_layout='pre'`` (HAT-Net): a
+    norm on the input and one after the last conv, ``act(conv1(pre_norm)) -> act(conv2) ->
+    norm3(conv3)``. Channel dropout follows the depthwise stage and the output in both.
+    """
+    norm_layouts = ('post', 'pre')
 
     def __init__(self, embed_dims: int, hidden_dims: int, kernel_size: int = 3,
                  drop_rate: float = 0., norm_cfg: dict = dict(type='BN'),
-                 act_cfg: dict = dict(type='SiLU')):
+                 act_cfg: dict = dict(type='SiLU'), norm_layout: str = 'post'):
         super().__init__()
+        if norm_layout not in self.norm_layouts:
+            raise ValueError(f'InvertedResidual: norm_layout must be one of {self.norm_layouts}, '
+                             f'got {norm_layout!r}')
+        post = norm_layout == 'post'
+        self.pre_norm = nn.Identity() if post else build_norm2d(norm_cfg, embed_dims)
         self.conv1 = nn.Conv2d(embed_dims, hidden_dims, 1, bias=False)
-        self.norm1 = build_norm2d(norm_cfg, hidden_dims)
+        self.norm1 = build_norm2d(norm_cfg, hidden_dims) if post else nn.Identity()
         self.conv2 = nn.Conv2d(hidden_dims, hidden_dims, kernel_size, padding=kernel_size // 2,
                                groups=hidden_dims, bias=False)
-        self.norm2 = build_norm2d(norm_cfg, hidden_dims)
+        self.norm2 = build_norm2d(norm_cfg, hidden_dims) if post else nn.Identity()
         self.conv3 = nn.Conv2d(hidden_dims, embed_dims, 1, bias=False)
         self.norm3 = build_norm2d(norm_cfg, embed_dims)
         self.act = build_activation_layer(act_cfg)
         self.drop = nn.Dropout2d(drop_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.act(self.norm1(self.conv1(x)))
+        x = self.act(self.norm1(self.conv1(self.pre_norm(x))))
         x = self.drop(self.act(self.norm2(self.conv2(x))))
         return self.drop(self.norm3(self.conv3(x)))
 
@@ -63,18 +76,19 @@ class TransCNNBlock(nn.Module):
         drop_path_rate (float): Stochastic depth of this block.
         norm_cfg (dict): Norm layers.
         act_cfg (dict): IRB activation.
+        irb_norm_layout (str): IRB norm placement, 'post' (TransCNN) or 'pre' (HAT-Net).
     """
 
     def __init__(self, embed_dims: int, num_heads: int, grid_size: int, ds_ratio: int,
                  mlp_ratio: float, kernel_size: int, attn_mode: str = 'official',
                  qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0., norm_cfg: dict = dict(type='BN'),
-                 act_cfg: dict = dict(type='SiLU')):
+                 act_cfg: dict = dict(type='SiLU'), irb_norm_layout: str = 'post'):
         super().__init__()
         self.attn = HMHSA(embed_dims, num_heads, grid_size, ds_ratio, attn_mode, qkv_bias,
                           drop_rate, attn_drop_rate, norm_cfg)
         self.ffn = InvertedResidual(embed_dims, int(embed_dims * mlp_ratio), kernel_size,
-                                    drop_rate, norm_cfg, act_cfg)
+                                    drop_rate, norm_cfg, act_cfg, irb_norm_layout)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0. else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -120,8 +134,101 @@ class TransCNNStage(BackboneStage):
         return x
 
 
+class HMHSABackbone(HViTBackbone):
+    """What TransCNN and HAT-Net share: a stride-4 stem of two 3x3 convs, then four stages of
+    H-MHSA + IRB blocks, each stage after the first entered through a stride-2 downsample.
+
+    A subclass sets ``arch_zoo``, ``optional_keys`` (with ``kernel_sizes`` and ``qkv_bias``),
+    ``default_norm_cfg``, ``irb_norm_layout`` and implements ``build_downsample`` and the
+    checkpoint methods. See :class:`TransCNN` for the arguments.
+    """
+
+    essential_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio', 'grid_sizes',
+                      'ds_ratios')
+    renamed_arch_keys = {'expansions': 'mlp_ratio'}
+    default_act_cfg = dict(type='SiLU')
+    attn_modes = ('official', 'iterative')
+    irb_norm_layout = 'post'
+    stem_channels = 16
+
+    def __init__(self, arch: Union[str, dict] = 'small', attn_mode: str = 'official', **kwargs):
+        if attn_mode not in self.attn_modes:
+            raise ValueError(f'{type(self).__name__}: attn_mode must be one of {self.attn_modes}, '
+                             f'got {attn_mode!r}')
+        self.attn_mode = attn_mode
+        super().__init__(arch, **kwargs)
+
+    @abstractmethod
+    def build_downsample(self, in_dims: int, out_dims: int) -> nn.Module:
+        """The stride-2 layer between two stages."""
+
+    def check_arch(self, settings: dict) -> dict:
+        settings = super().check_arch(settings)
+        name = type(self).__name__
+        for key in self.essential_keys + ('kernel_sizes', ):
+            values = settings[key]
+            if not isinstance(values, (list, tuple)) or len(values) != self.num_stages:
+                raise ValueError(f'{name}: arch {key} needs {self.num_stages} values (one per '
+                                 f'stage), got {values}')
+            if any(v <= 0 for v in values):
+                raise ValueError(f'{name}: arch {key} must be positive, got {values}')
+            settings[key] = list(values)
+        for dims, heads in zip(settings['embed_dims'], settings['num_heads']):
+            if dims % heads:
+                raise ValueError(f'{name}: embed_dims {settings["embed_dims"]} must be '
+                                 f'divisible by num_heads {settings["num_heads"]}')
+        return settings
+
+    def _build_layers(self) -> None:
+        s = self.arch_settings
+        dims = s['embed_dims']
+        self.stage_channels = tuple(dims)
+        # Stem: two stride-2 3x3 convs to stride 4; the second has no norm and no activation.
+        self.patch_embed = nn.Sequential(OrderedDict([
+            ('conv1', nn.Conv2d(self.in_channels, self.stem_channels, 3, stride=2, padding=1)),
+            ('norm', build_norm2d(self.norm_cfg, self.stem_channels)),
+            ('act', build_activation_layer(self.act_cfg)),
+            ('conv2', nn.Conv2d(self.stem_channels, dims[0], 3, stride=2, padding=1)),
+        ]))
+        rates = self.drop_path_schedule(s['depths'])
+        for i in range(self.num_built_stages):
+            blocks = [
+                TransCNNBlock(dims[i], s['num_heads'][i], s['grid_sizes'][i], s['ds_ratios'][i],
+                              s['mlp_ratio'][i], s['kernel_sizes'][i], self.attn_mode,
+                              self.qkv_bias, self.drop_rate, self.attn_drop_rate, rate,
+                              self.norm_cfg, self.act_cfg, self.irb_norm_layout)
+                for rate in rates[i]
+            ]
+            downsample = self.build_downsample(dims[i - 1], dims[i]) if i > 0 else None
+            self.stages.append(TransCNNStage(blocks, downsample))
+
+    def init_default_weights(self) -> None:
+        """The official initialisation: truncated normal (std .02) for convs and linears."""
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)):
+                if m.weight is not None:
+                    nn.init.ones_(m.weight)
+                    nn.init.zeros_(m.bias)
+
+    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        x = self.patch_embed(x)
+        outs = []
+        for i, stage in enumerate(self.stages):
+            x = stage(x)
+            if i in self.out_indices:
+                outs.append(x)
+        return outs
+
+    def describe_checkpoint(self, state_dict: dict) -> str:
+        return describe_hmhsa_checkpoint(state_dict, type(self))
+
+
 @register_backbone(plain_name=True)
-class TransCNN(HViTBackbone):
+class TransCNN(HMHSABackbone):
     """TransCNN backbone: H-MHSA + inverted residual blocks in a 4-stage CNN (strides 4-32).
 
     Paper: `Transformer in Convolutional Neural Networks <https://arxiv.org/abs/2106.03180>`_.
@@ -161,87 +268,14 @@ class TransCNN(HViTBackbone):
                       num_heads=[1, 2, 6, 12], mlp_ratio=[4, 4, 6, 6], grid_sizes=[8, 8, 8, 1],
                       ds_ratios=[8, 4, 2, 1]),
     }
-    essential_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio', 'grid_sizes',
-                      'ds_ratios')
     optional_keys = {'kernel_sizes': [5, 3, 5, 3], 'qkv_bias': True}
-    renamed_arch_keys = {'expansions': 'mlp_ratio'}
     default_norm_cfg = dict(type='BN', requires_grad=True)
-    default_act_cfg = dict(type='SiLU')
-    attn_modes = ('official', 'iterative')
-    stem_channels = 16
 
-    def __init__(self, arch: Union[str, dict] = 'small', attn_mode: str = 'official', **kwargs):
-        if attn_mode not in self.attn_modes:
-            raise ValueError(f'TransCNN: attn_mode must be one of {self.attn_modes}, got '
-                             f'{attn_mode!r}')
-        self.attn_mode = attn_mode
-        super().__init__(arch, **kwargs)
-
-    def check_arch(self, settings: dict) -> dict:
-        settings = super().check_arch(settings)
-        for key in self.essential_keys + ('kernel_sizes', ):
-            values = settings[key]
-            if not isinstance(values, (list, tuple)) or len(values) != self.num_stages:
-                raise ValueError(f'TransCNN: arch {key} needs {self.num_stages} values (one per '
-                                 f'stage), got {values}')
-            if any(v <= 0 for v in values):
-                raise ValueError(f'TransCNN: arch {key} must be positive, got {values}')
-            settings[key] = list(values)
-        for dims, heads in zip(settings['embed_dims'], settings['num_heads']):
-            if dims % heads:
-                raise ValueError(f'TransCNN: embed_dims {settings["embed_dims"]} must be '
-                                 f'divisible by num_heads {settings["num_heads"]}')
-        return settings
-
-    def _build_layers(self) -> None:
-        s = self.arch_settings
-        dims = s['embed_dims']
-        self.stage_channels = tuple(dims)
-        # Stem: two stride-2 3x3 convs to stride 4; the second has no norm and no activation.
-        self.patch_embed = nn.Sequential(OrderedDict([
-            ('conv1', nn.Conv2d(self.in_channels, self.stem_channels, 3, stride=2, padding=1)),
-            ('norm', build_norm2d(self.norm_cfg, self.stem_channels)),
-            ('act', build_activation_layer(self.act_cfg)),
-            ('conv2', nn.Conv2d(self.stem_channels, dims[0], 3, stride=2, padding=1)),
-        ]))
-        rates = self.drop_path_schedule(s['depths'])
-        for i in range(self.num_built_stages):
-            blocks = [
-                TransCNNBlock(dims[i], s['num_heads'][i], s['grid_sizes'][i], s['ds_ratios'][i],
-                              s['mlp_ratio'][i], s['kernel_sizes'][i], self.attn_mode,
-                              self.qkv_bias, self.drop_rate, self.attn_drop_rate, rate,
-                              self.norm_cfg, self.act_cfg) for rate in rates[i]
-            ]
-            downsample = (TwoBranchDownsample(dims[i - 1], dims[i], self.norm_cfg, self.act_cfg)
-                          if i > 0 else None)
-            self.stages.append(TransCNNStage(blocks, downsample))
-
-    def init_default_weights(self) -> None:
-        """The official initialisation: truncated normal (std .02) for convs and linears."""
-        for m in self.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)):
-                if m.weight is not None:
-                    nn.init.ones_(m.weight)
-                    nn.init.zeros_(m.bias)
-
-    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
-        x = self.patch_embed(x)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            x = stage(x)
-            if i in self.out_indices:
-                outs.append(x)
-        return outs
+    def build_downsample(self, in_dims: int, out_dims: int) -> nn.Module:
+        return TwoBranchDownsample(in_dims, out_dims, self.norm_cfg, self.act_cfg)
 
     def convert_checkpoint(self, state_dict: dict) -> dict:
         return convert_transcnn_checkpoint(state_dict)
-
-    def describe_checkpoint(self, state_dict: dict) -> str:
-        return describe_transcnn_checkpoint(state_dict)
 
 
 # --- official checkpoints ------------------------------------------------------------------------
@@ -256,11 +290,89 @@ _OFFICIAL_RULES = [
 ]
 _ATTN_LINEAR = re.compile(r'\.attn\.(qkv|q|kv|proj)\.weight$')
 _OFFICIAL_HEAD = 'classifier.1.'
+# What tells the two releases apart, in their official layouts and in ours: TransCNN has BatchNorm
+# statistics, a downsample with a residual branch and IRB norms after its convs (the official
+# ``conv.conv1.0`` is a conv); HAT-Net has ``attn.proj_norm`` (official files only), an IRB norm on
+# its input (``ffn.pre_norm`` here; the official ``conv.conv1.0`` is that GroupNorm, 1-D).
+_TRANSCNN_MARKERS = re.compile(r'(^(blocks|patch_embed|ds\d)\..*\.running_mean$)'
+                               r'|(^ds\d\.residual\.)|(\.downsample\.residual\.)|(\.ffn\.norm1\.)')
+_HATNET_MARKERS = re.compile(r'(\.attn\.proj_norm\.)|(\.ffn\.pre_norm\.)')
+_OFFICIAL_IRB_CONV1 = re.compile(r'^blocks\.\d+\.\d+\.conv\.conv1\.0\.weight$')
 
 
 def is_official_transcnn(state_dict: Dict[str, torch.Tensor]) -> bool:
-    """Whether a state dict has the official TransCNN key layout."""
+    """Whether a state dict has the official key layout of TransCNN or HAT-Net (one layout, told
+    apart by :func:`hmhsa_release`)."""
     return any(k.startswith(('patch_embed.0.', 'blocks.0.0.', 'ds2.')) for k in state_dict)
+
+
+def hmhsa_release(state_dict: Dict[str, torch.Tensor]) -> Optional[str]:
+    """'TransCNN' or 'HAT-Net': the release an official or converted state dict comes from; None
+    when its keys tell neither (e.g. no block and no downsample in it).
+
+    The same official key can be a different layer in the two releases (``conv.conv1.1`` is a
+    BatchNorm in TransCNN and a conv in HAT-Net), so this is read from markers, never guessed.
+    """
+    transcnn = hatnet = False
+    for key, value in state_dict.items():
+        if _TRANSCNN_MARKERS.search(key):
+            transcnn = True
+        elif _HATNET_MARKERS.search(key):
+            hatnet = True
+        elif _OFFICIAL_IRB_CONV1.match(key):
+            transcnn, hatnet = transcnn or value.dim() == 4, hatnet or value.dim() == 1
+    if transcnn and hatnet:
+        raise ValueError('the checkpoint mixes TransCNN keys (BatchNorm statistics, residual '
+                         'downsample branches) with HAT-Net keys (attn.proj_norm, IRB pre-norms)')
+    return 'TransCNN' if transcnn else 'HAT-Net' if hatnet else None
+
+
+def check_hmhsa_release(state_dict: Dict[str, torch.Tensor], expected: str) -> None:
+    """One clear error when a state dict comes from the other release than ``expected``."""
+    release = hmhsa_release(state_dict)
+    if release is not None and release != expected:
+        model = {'TransCNN': 'mmhvit.TransCNN', 'HAT-Net': 'mmhvit.HATNet'}[release]
+        raise ValueError(f'this is a {release} checkpoint, not a {expected} one (same key names, '
+                         f'different layers): load it into {model}, or use {expected} weights')
+
+
+def convert_official_hmhsa(state_dict: Dict[str, torch.Tensor], rules, with_head: bool,
+                           release: str, drop: Optional[re.Pattern] = None
+                           ) -> Dict[str, torch.Tensor]:
+    """The official-layout conversion both releases share (``rules``: official -> our names of
+    the stem and blocks; ``dsN`` becomes ``stages.{N-1}.downsample``; ``drop``: keys left out)."""
+    converted = OrderedDict()
+    dropped, unused = [], []
+    for key, value in state_dict.items():
+        if key.startswith(_OFFICIAL_HEAD):
+            if with_head:
+                converted['head.fc.' + key[len(_OFFICIAL_HEAD):]] = value
+            else:
+                dropped.append(key)
+            continue
+        if drop is not None and drop.search(key):
+            unused.append(key)
+            continue
+        new_key = key
+        downsample = re.match(r'^ds(\d+)\.', key)
+        if downsample:
+            # dsN sits between stages N-1 and N (1-based): ours is stages.{N-1}.downsample.
+            new_key = f'stages.{int(downsample.group(1)) - 1}.downsample.' + key[downsample.end():]
+        else:
+            for pattern, repl in rules:
+                new_key, hits = re.subn(pattern, repl, key)
+                if hits:
+                    break
+        if _ATTN_LINEAR.search(new_key) and value.dim() == 4:
+            value = value.flatten(1)
+        converted[new_key] = value
+    if dropped:
+        print_log(f'{release} converter: left out the classifier {dropped} (not part of a '
+                  f'backbone)', logger='current')
+    if unused:
+        print_log(f'{release} converter: left out {len(unused)} tensors that the official forward '
+                  f'never uses, e.g. {unused[:2]}', logger='current')
+    return converted
 
 
 def convert_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor],
@@ -269,55 +381,44 @@ def convert_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor],
 
     Our own keys pass through unchanged. The official classifier (``classifier.1``) becomes
     ``head.fc`` with ``with_head``, else it is left out (a backbone has no head); keys that no rule
-    knows stay as they are, so that loading reports them as unexpected.
+    knows stay as they are, so that loading reports them as unexpected. A HAT-Net checkpoint
+    (official or converted) is refused with one clear error.
     """
+    check_hmhsa_release(state_dict, 'TransCNN')
     if not is_official_transcnn(state_dict):
         return state_dict
-    converted = OrderedDict()
-    dropped = []
-    for key, value in state_dict.items():
-        if key.startswith(_OFFICIAL_HEAD):
-            if with_head:
-                converted['head.fc.' + key[len(_OFFICIAL_HEAD):]] = value
-            else:
-                dropped.append(key)
-            continue
-        new_key = key
-        downsample = re.match(r'^ds(\d+)\.', key)
-        if downsample:
-            # dsN sits between stages N-1 and N (1-based): ours is stages.{N-1}.downsample.
-            new_key = f'stages.{int(downsample.group(1)) - 1}.downsample.' + key[downsample.end():]
-        else:
-            for pattern, repl in _OFFICIAL_RULES:
-                new_key, hits = re.subn(pattern, repl, key)
-                if hits:
-                    break
-        if _ATTN_LINEAR.search(new_key) and value.dim() == 4:
-            value = value.flatten(1)
-        converted[new_key] = value
-    if dropped:
-        print_log(f'TransCNN converter: left out the classifier {dropped} (not part of a '
-                  f'backbone)', logger='current')
-    return converted
+    return convert_official_hmhsa(state_dict, _OFFICIAL_RULES, with_head, 'TransCNN')
 
 
-def describe_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
-    """The arch a converted TransCNN state dict was made for: a zoo name or dims/depths."""
+def describe_hmhsa_checkpoint(state_dict: Dict[str, torch.Tensor], family) -> str:
+    """The arch a converted TransCNN / HAT-Net state dict was made for: a zoo name of
+    ``family`` or its dims/depths/expansions."""
     try:
         dims = [state_dict['patch_embed.conv2.weight'].shape[0]] + [
             state_dict[f'stages.{i}.downsample.conv.weight'].shape[0] for i in (1, 2, 3)
         ]
     except KeyError:
-        return 'unknown (not a TransCNN checkpoint)'
+        return f'unknown (not a {family.__name__} checkpoint)'
     depths = [0, 0, 0, 0]
     mlp_ratio = [0, 0, 0, 0]
+    kernels = [0, 0, 0, 0]
     for key, value in state_dict.items():
-        found = re.match(r'^stages\.(\d)\.blocks\.(\d+)\.ffn\.conv1\.weight$', key)
+        found = re.match(r'^stages\.(\d)\.blocks\.(\d+)\.ffn\.conv([12])\.weight$', key)
         if found:
             stage = int(found.group(1))
             depths[stage] = max(depths[stage], int(found.group(2)) + 1)
-            mlp_ratio[stage] = value.shape[0] // dims[stage]
-    for name, arch in TransCNN.arch_zoo.items():
-        if (arch['embed_dims'], arch['depths'], arch['mlp_ratio']) == (dims, depths, mlp_ratio):
+            if found.group(3) == '1':
+                mlp_ratio[stage] = value.shape[0] // dims[stage]
+            else:
+                kernels[stage] = value.shape[-1]
+    for name, arch in family.arch_zoo.items():
+        arch = family.parse_arch(name)
+        if (arch['embed_dims'], arch['depths'], arch['mlp_ratio'],
+                arch['kernel_sizes']) == (dims, depths, mlp_ratio, kernels):
             return name
-    return f'embed_dims {dims}, depths {depths}, mlp_ratio {mlp_ratio}'
+    return f'embed_dims {dims}, depths {depths}, mlp_ratio {mlp_ratio}, kernel_sizes {kernels}'
+
+
+def describe_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
+    """The arch a converted TransCNN state dict was made for: a zoo name or dims/depths."""
+    return describe_hmhsa_checkpoint(state_dict, TransCNN)

@@ -1,0 +1,138 @@
+"""HAT-Net: the published successor of TransCNN (H-MHSA inside a CNN, GroupNorm throughout).
+
+Paper: "Vision Transformers with Hierarchical Attention", Liu et al., Machine Intelligence Research
+2024, https://arxiv.org/abs/2106.03180 (v3 onwards; v1 was "Transformer in Convolutional Neural
+Networks"). The layers follow the released ``HAT_Net.py`` (yun-liu/HAT-Net), so that its ImageNet
+weights load through :func:`convert_hatnet_checkpoint`. The stem, blocks and H-MHSA are TransCNN's
+(:class:`~mmhvit.models.backbones.transcnn.HMHSABackbone`); HAT-Net differs in its norms
+(GroupNorm(1, C, eps=1e-6)), its IRB norm placement, its single-branch downsample and its arches.
+"""
+import re
+from typing import Dict
+
+import torch
+import torch.nn as nn
+
+from ...registry import register_backbone
+from ..layers import build_norm2d
+from .transcnn import (
+    HMHSABackbone,
+    check_hmhsa_release,
+    convert_official_hmhsa,
+    describe_hmhsa_checkpoint,
+    hmhsa_release,
+    is_official_transcnn,
+)
+
+
+class ConvDownsample(nn.Module):
+    """HAT-Net's stage transition: ``norm(conv3x3 s2 p1(x))``, no activation."""
+
+    def __init__(self, in_dims: int, out_dims: int, norm_cfg: dict):
+        super().__init__()
+        self.conv = nn.Conv2d(in_dims, out_dims, 3, stride=2, padding=1)
+        self.norm = build_norm2d(norm_cfg, out_dims)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(x))
+
+
+@register_backbone(plain_name=True)
+class HATNet(HMHSABackbone):
+    """HAT-Net backbone: H-MHSA + inverted residual blocks in a 4-stage CNN (strides 4-32).
+
+    Paper: `Vision Transformers with Hierarchical Attention
+    <https://arxiv.org/abs/2106.03180>`_. The layers are those of the official ``HAT_Net.py`` (its
+    ImageNet checkpoints, trained at 224 x 224, load through ``init_cfg``): a stem conv3x3 s2 (16
+    channels) - GN - SiLU - conv3x3 s2; blocks ``x + H-MHSA(x)``, ``x + IRB(x)`` with the IRB
+    ``GN - 1x1 - SiLU - dw kxk - SiLU - 1x1 - GN``; ``GN(conv3x3 s2)`` between stages. Its unused
+    ``attn.proj_norm`` is not built.
+
+    Any input of at least 1 x 1 works, with ceil(H/s) x ceil(W/s) maps. The feature maps are never
+    padded: windows pad only the tokens inside attention (masked out as keys, their outputs
+    cropped), pooled keys average the pixels that exist and convs zero-pad as in the official
+    code. So every GroupNorm takes its statistics over exactly the real map, padding never changes
+    a valid output, and 224 x 224 (the official size, where no window is partial) gives exactly the
+    official numbers.
+
+    Args:
+        arch (str | dict): 'tiny', 'small', 'medium', 'large', or a dict with the keys
+            ``embed_dims``, ``depths``, ``num_heads`` (the official ``dim // head_dim``),
+            ``mlp_ratio`` (IRB expansion), ``grid_sizes``, ``ds_ratios`` (4 values each) and
+            optionally ``kernel_sizes`` (depthwise kernels, default [3, 3, 3, 3]) and ``qkv_bias``
+            (default True). Default: 'small'.
+        attn_mode (str): 'official' (default; the released two-step H-MHSA) or 'iterative' (the
+            paper's multi-step H-MHSA, see :class:`~mmhvit.models.layers.HMHSA`; no weights).
+        **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
+            ``out_indices``, ``drop_rate`` (channel dropout of the attention and IRB outputs),
+            ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``, ``norm_cfg`` (default
+            GroupNorm(1, C, eps=1e-6)), ``act_cfg`` (default SiLU), ``frozen_stages``,
+            ``norm_eval`` (acts on BatchNorm only: none by default), ``with_cp``, ``pretrained``,
+            ``init_cfg``.
+    """
+
+    _common = dict(mlp_ratio=[8, 8, 4, 4], grid_sizes=[8, 7, 7, 1], ds_ratios=[8, 4, 2, 1])
+    arch_zoo = {
+        'tiny': dict(embed_dims=[48, 96, 240, 384], depths=[2, 2, 6, 3], num_heads=[1, 2, 5, 8],
+                     **_common),
+        'small': dict(embed_dims=[64, 128, 320, 512], depths=[2, 3, 8, 3],
+                      num_heads=[1, 2, 5, 8], **_common),
+        'medium': dict(embed_dims=[64, 128, 320, 512], depths=[3, 6, 18, 3],
+                       num_heads=[1, 2, 5, 8], kernel_sizes=[5, 3, 5, 3], **_common),
+        'large': dict(embed_dims=[64, 128, 320, 640], depths=[3, 8, 27, 3],
+                      num_heads=[1, 2, 5, 10], **_common),
+    }
+    del _common
+    optional_keys = {'kernel_sizes': [3, 3, 3, 3], 'qkv_bias': True}
+    default_norm_cfg = dict(type='GN', num_groups=1, eps=1e-6, requires_grad=True)
+    irb_norm_layout = 'pre'
+
+    def build_downsample(self, in_dims: int, out_dims: int) -> nn.Module:
+        return ConvDownsample(in_dims, out_dims, self.norm_cfg)
+
+    def convert_checkpoint(self, state_dict: dict) -> dict:
+        return convert_hatnet_checkpoint(state_dict)
+
+
+# --- official checkpoints ------------------------------------------------------------------------
+# Official names (HAT_Net.py) -> ours. The IRB's Sequentials hold other layers at the same indices
+# as TransCNN's: conv1 = [GN, 1x1, SiLU], conv2 = [dw, SiLU], conv3 = [1x1, GN].
+_OFFICIAL_RULES = [
+    (r'^patch_embed\.0\.', 'patch_embed.conv1.'),
+    (r'^patch_embed\.1\.', 'patch_embed.norm.'),
+    (r'^patch_embed\.3\.', 'patch_embed.conv2.'),
+    (r'^blocks\.(\d+)\.(\d+)\.attn\.', r'stages.\1.blocks.\2.attn.'),
+    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv1\.0\.', r'stages.\1.blocks.\2.ffn.pre_norm.'),
+    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv1\.1\.', r'stages.\1.blocks.\2.ffn.conv1.'),
+    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([23])\.0\.', r'stages.\1.blocks.\2.ffn.conv\3.'),
+    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv3\.1\.', r'stages.\1.blocks.\2.ffn.norm3.'),
+]
+# Built by the official Attention but never used by its forward.
+_UNUSED = re.compile(r'^blocks\.\d+\.\d+\.attn\.proj_norm\.')
+
+
+def convert_hatnet_checkpoint(state_dict: Dict[str, torch.Tensor],
+                              with_head: bool = False) -> Dict[str, torch.Tensor]:
+    """Convert an official HAT-Net state dict to :class:`HATNet`'s keys.
+
+    Our own keys pass through unchanged; ``attn.proj_norm`` (unused by the official forward) is
+    left out. The official classifier (``classifier.1``) becomes ``head.fc`` with ``with_head``,
+    else it is left out; keys that no rule knows stay as they are, so that loading reports them as
+    unexpected. A TransCNN checkpoint (same key names, other layers) is refused with one clear
+    error. DDP (``module.``) and classifier (``backbone.``) prefixes are removed before this by
+    the backbone's loader (:func:`~mmhvit.models.checkpoint.unwrap_state_dict`).
+    """
+    check_hmhsa_release(state_dict, 'HAT-Net')
+    if not is_official_transcnn(state_dict):
+        return state_dict
+    return convert_official_hmhsa(state_dict, _OFFICIAL_RULES, with_head, 'HAT-Net', _UNUSED)
+
+
+def is_official_hatnet(state_dict: Dict[str, torch.Tensor]) -> bool:
+    """Whether a state dict has the official HAT-Net key layout (not TransCNN's)."""
+    return is_official_transcnn(state_dict) and hmhsa_release(state_dict) == 'HAT-Net'
+
+
+def describe_hatnet_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
+    """The arch a converted HAT-Net state dict was made for: a zoo name or dims/depths."""
+    return describe_hmhsa_checkpoint(state_dict, HATNet)
