@@ -35,3 +35,18 @@ def test_benchmark_tool_writes_well_formed_tables(tmp_path):
     assert len(tables[2]) == 2 + 2  # one row per size
     assert osp.getsize(tmp_path / 'bench_scaling_cpu.png') > 0
     assert 'Not measured' in text or 'GPU:' in text
+
+
+def test_benchmark_plugins_section(tmp_path):
+    out = tmp_path / 'plugins.md'
+    run_tool('tools/analysis_tools/benchmark.py', '--sections', 'plugins', '--plugin-size',
+             '64x96', '--repeats', '1', '--warmup', '0', '--threads', '1', '--out', str(out))
+    (header, rule, *rows), = markdown_tables(out.read_text())
+    assert [row[0] for row in rows] == ['ResNet-50', '+ H-MHSA (mmhvit.HMHSAPlugin)',
+                                        '+ GeneralizedAttention (mmcv)', '+ NonLocal2d (mmcv)']
+    params = [float(row[1]) for row in rows]
+    assert abs(params[0] - 23.51) < 0.01  # torchvision's ResNet-50 without its fc
+    assert all(p > params[0] for p in params[1:])  # every plugin adds parameters
+    flops = [float(row[2]) for row in rows]
+    assert all(f > flops[0] for f in flops[1:])
+    assert all(float(row[3]) > 0 and float(row[4]) >= 0 for row in rows)

@@ -2,6 +2,7 @@
 import copy
 import glob
 import os.path as osp
+import re
 
 import pytest
 import torch
@@ -72,9 +73,12 @@ def test_config_builds_and_steps(config):
     cfg = Config.fromfile(osp.join(REPO, config))
     assert cfg.custom_imports == dict(imports=['mmhvit'], allow_failed_imports=False)
     scope = cfg.default_scope
-    baseline = osp.basename(config).split('_')[1] == 'r18'  # the quickstart's ResNet-18 baseline
+    # The library's ResNet: the quickstart baselines (r18, r50-w16) and the H-MHSA plugin configs
+    baseline = re.search(r'_r\d+', osp.basename(config)) is not None
     assert cfg.model.backbone.type == 'ResNet' if baseline else \
         cfg.model.backbone.type.startswith('mmhvit.')
+    if 'hmhsa' in osp.basename(config):
+        assert [p.cfg.type for p in cfg.model.backbone.plugins] == ['mmhvit.HMHSAPlugin']
     import mmhvit  # noqa: F401  (what custom_imports does)
     init_default_scope(scope)
     registry = __import__(f'{scope}.registry', fromlist=['MODELS'])

@@ -1,9 +1,10 @@
 """Measure the backbones: params/FLOPs against the papers, speed against timm, cost against input
 size.
 
-    python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu]
+    python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu plugins]
         [--families TransCNN NesT TNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
-        [--repeats 5] [--threads 2] [--out docs/benchmarks.md]
+        [--plugin-size 800x1344] [--plugin-memory-cap 12] [--repeats 5] [--threads 2]
+        [--out docs/benchmarks.md]
 
 Writes a Markdown page of tables (and PNG plots beside it) and prints progress while it runs.
 Sections:
@@ -14,7 +15,10 @@ Sections:
   scaling  forward and forward+backward time and peak memory of each backbone (all four outputs)
            against input size, next to a plain ViT-S/16;
   gpu      the speed and scaling tables on the GPU at fp32 and bf16 autocast, plus RetinaNet
-           training throughput at 800x1333, batch 2 (only when CUDA is available).
+           training throughput at 800x1333, batch 2 (only when CUDA is available);
+  plugins  (not in the default sections) MMDet's ResNet-50 alone and with the H-MHSA plugin,
+           mmcv's GeneralizedAttention or NonLocal2d after conv3 of every block of stages 2-4:
+           params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1.
 """
 import argparse
 import copy
@@ -452,10 +456,102 @@ def section_gpu_training(args) -> List[str]:
             '| model | images / s | peak memory (GiB) |', '|---|---|---|', *rows, '']
 
 
+# --- attention plugins in ResNet-50 -----------------------------------------------------------
+# The same places for every plugin: after conv3 of every bottleneck of stages 2-4 (13 blocks), where
+# MMDet's ContextBlock / NonLocal configs put theirs. GeneralizedAttention takes MMDet's
+# empirical_attention settings ('1111', 8 heads, keys at stride 2), the others their defaults.
+RESNET_PLUGINS = {
+    'ResNet-50': None,
+    '+ H-MHSA (mmhvit.HMHSAPlugin)': dict(type='mmhvit.HMHSAPlugin', grid_size=8, ds_ratio=4),
+    '+ GeneralizedAttention (mmcv)': dict(type='GeneralizedAttention', spatial_range=-1,
+                                          num_heads=8, attention_type='1111', kv_stride=2),
+    '+ NonLocal2d (mmcv)': dict(type='NonLocal2d'),
+}
+
+
+def build_plugin_resnet(name: str) -> nn.Module:
+    """MMDet's ResNet-50 (all four outputs, as under an FPN) with the named plugin, eval mode."""
+    from mmdet.registry import MODELS
+
+    import mmhvit  # noqa: F401
+    init_default_scope('mmdet')
+    plugin = RESNET_PLUGINS[name]
+    cfg = dict(type='ResNet', depth=50, out_indices=(0, 1, 2, 3), init_cfg=None)
+    if plugin is not None:
+        cfg['plugins'] = [dict(cfg=plugin, stages=(False, True, True, True),
+                               position='after_conv3')]
+    model = MODELS.build(cfg)
+    model.eval()  # MMDet's ResNet.train() returns None
+    return model
+
+
+def plugin_probe(name: str, size: str, repeats: int, warmup: int, cap_gib: float) -> None:
+    """Subprocess entry: print params, FLOPs, forward peak memory and latency of one ResNet as JSON.
+
+    The address space is capped (``cap_gib``) so that a plugin whose attention matrices do not fit
+    reports it instead of taking the shared machine's memory; an allocation over the cap fails in
+    PyTorch's allocator and is reported as ``over_cap``.
+    """
+    import json
+    import resource
+    cap = int(cap_gib * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    torch.manual_seed(0)
+    model = build_plugin_resnet(name)
+    height, width = (int(v) for v in size.split('x'))
+    x = torch.randn(1, 3, height, width)
+    result = dict(params=count_params(model))
+    try:
+        with torch.no_grad():
+            with PeakMemory('cpu') as mem:
+                model(x)
+            result['memory'] = mem.peak
+            result['latency'] = median_time(lambda: model(x), repeats, warmup, 'cpu')
+            result['flops'] = count_flops(model, (x, ), with_attention=True)
+    except (RuntimeError, MemoryError) as error:  # the allocator's "can't allocate memory"
+        result['over_cap'] = str(error).splitlines()[0][:200]
+    print(json.dumps(result))
+
+
+def section_plugins(args) -> List[str]:
+    import json
+    import subprocess
+    rows = []
+    for name in RESNET_PLUGINS:
+        log(f'plugins: {name} at {args.plugin_size}')
+        proc = subprocess.run(
+            [sys.executable, osp.abspath(__file__), '--plugin-probe', name, args.plugin_size,
+             '--threads', str(args.threads), '--repeats', str(args.repeats), '--warmup',
+             str(args.warmup), '--plugin-memory-cap', str(args.plugin_memory_cap)],
+            capture_output=True, text=True, check=True)
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        if 'over_cap' in r:
+            log(f'plugins: {name} went over the {args.plugin_memory_cap} GiB cap: {r["over_cap"]}')
+            over = f'> {args.plugin_memory_cap:g} GiB (over the cap)'
+            rows.append(f'| {name} | {r["params"] / 1e6:.2f} | — | — | {over} |')
+        else:
+            rows.append(f'| {name} | {r["params"] / 1e6:.2f} | {r["flops"] / 1e9:.1f} | '
+                        f'{r["latency"] * 1e3:.0f} | {r["memory"] / 2**20:.0f} |')
+    height, width = args.plugin_size.split('x')
+    return [
+        f'## Attention plugins in ResNet-50 (CPU, fp32, {height}x{width}, batch 1)', '',
+        'MMDet\'s ResNet-50 (all four outputs) alone and with one plugin after conv3 of every '
+        'bottleneck of stages 2-4 (13 blocks): ours with its defaults (1/4 of the channels, 8 x 8 '
+        'windows, keys pooled by 4, 64-channel heads), mmcv\'s GeneralizedAttention with MMDet\'s '
+        '`attn1111` settings (8 heads, keys at stride 2) and NonLocal2d (embedded Gaussian, half '
+        'the channels). FLOPs: multiply-adds with the attention products; latency: forward, median '
+        f'of {args.repeats} after {args.warmup} warm-up; peak memory: the resident-set peak (Linux '
+        'VmHWM) of one forward in a fresh process, above its level with the model built, the '
+        f'process capped at {args.plugin_memory_cap:g} GiB of address space.', '',
+        '| model | params (M) | GFLOPs | forward (ms) | peak memory forward (MiB) |',
+        '|---|---|---|---|---|', *rows, ''
+    ]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--sections', nargs='+', default=['params', 'speed', 'scaling', 'gpu'],
-                        choices=['params', 'speed', 'scaling', 'gpu'])
+                        choices=['params', 'speed', 'scaling', 'gpu', 'plugins'])
     parser.add_argument('--families', nargs='+', default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument('--archs', nargs='+', help='only these arch names in the params section')
     parser.add_argument('--sizes', nargs='+', default=list(SCALING_SIZES),
@@ -466,15 +562,24 @@ def main():
     parser.add_argument('--threads', type=int, default=2, help='CPU threads (fixed)')
     parser.add_argument('--no-vit', dest='with_vit', action='store_false',
                         help='leave the ViT-S/16 baseline out of the scaling section')
+    parser.add_argument('--plugin-size', default='800x1344', help='HxW of the plugins section')
+    parser.add_argument('--plugin-memory-cap', type=float, default=12.,
+                        help='GiB of address space for each model of the plugins section')
     parser.add_argument('--out', default=osp.join(REPO, 'docs', 'benchmarks.md'))
     parser.add_argument('--memory-probe', nargs=2, metavar=('MODEL', 'HxW'),
                         help=argparse.SUPPRESS)  # internal: one CPU memory measurement
+    parser.add_argument('--plugin-probe', nargs=2, metavar=('MODEL', 'HxW'),
+                        help=argparse.SUPPRESS)  # internal: one model of the plugins section
     args = parser.parse_args()
     if args.memory_probe:
         torch.set_num_threads(args.threads)
         memory_probe(*args.memory_probe)
         return
-    for size in args.sizes:
+    if args.plugin_probe:
+        torch.set_num_threads(args.threads)
+        plugin_probe(*args.plugin_probe, args.repeats, args.warmup, args.plugin_memory_cap)
+        return
+    for size in [*args.sizes, args.plugin_size]:
         parts = size.split('x')
         if len(parts) != 2 or not all(p.isdigit() and int(p) >= 32 for p in parts):
             parser.error(f'--sizes takes HxW with H, W >= 32, got {size!r}')
@@ -514,6 +619,8 @@ def main():
             lines += ['# GPU', '', 'Not measured: no GPU was available to the run that wrote this '
                       'page. On a GPU machine, the same command adds fp32 and bf16 tables and '
                       'RetinaNet training throughput here.', '']
+    if 'plugins' in args.sections:
+        lines += section_plugins(args)
     with open(args.out, 'w') as f:
         f.write('\n'.join(lines))
     log(f'wrote {args.out}')

@@ -186,7 +186,8 @@ def targets(rows):
         task_rows = {r['backbone']: r for r in rows if r['algo'] == algo}
         main = metrics[0][1]
         base = task_rows.get(BASELINE)
-        ours = [r for name, r in task_rows.items() if name != BASELINE]
+        # the task x backbone matrix only (the H-MHSA plugin pair is compared within itself)
+        ours = [r for name, r in task_rows.items() if name in BACKBONES and name != BASELINE]
         for row in ours:
             value = row['metrics'][main]
             if row['untrained'] is not None:

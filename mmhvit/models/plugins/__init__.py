@@ -1,0 +1,3 @@
+from .hmhsa_plugin import HMHSAPlugin
+
+__all__ = ['HMHSAPlugin']
