@@ -1,6 +1,7 @@
 """ONNX export (TorchScript exporter, ONNX Runtime) and torch.compile of the backbones and of the
 quickstart RetinaNet: the deployed graph gives PyTorch's numbers at sizes other than the traced one.
 """
+import os
 import os.path as osp
 
 import pytest
@@ -118,6 +119,11 @@ def test_window_key_mask_traced_form():
 
 
 # --- torch.compile ------------------------------------------------------------------------------
+# Inductor compiles C++ kernels with gcc: 6 min for the tiny TransCNN at one size on the shared
+# 2-core machine (31 min more for a second size), far over the suite's budget, so these run only
+# on request (docs/deployment.md).
+@pytest.mark.skipif(os.environ.get('MMHVIT_TEST_COMPILE') != '1',
+                    reason='inductor takes minutes per model: set MMHVIT_TEST_COMPILE=1')
 @pytest.mark.parametrize('family', ['TransCNN', 'NesT', 'TNT'])
 def test_torch_compile_matches_eager(family):
     torch._dynamo.reset()
