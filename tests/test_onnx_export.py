@@ -87,7 +87,7 @@ def test_iterative_hmhsa_refuses_dynamic_export(tmp_path):
 
 
 # --- the export-friendly forms equal the eager ones ---------------------------------------------
-class Traced(torch.nn.Module):
+class Exported(torch.nn.Module):
 
     def __init__(self, fn):
         super().__init__()
@@ -97,25 +97,34 @@ class Traced(torch.nn.Module):
         return self.fn(x)
 
 
+def onnx_function(fn, example, path):
+    """``fn`` exported (dynamic axes everywhere) and run by ONNX Runtime: x -> output."""
+    axes = {i: f'd{i}' for i in range(example.dim())}
+    torch.onnx.export(Exported(fn), (example, ), str(path), opset_version=17, dynamo=False,
+                      input_names=['x'], output_names=['y'], dynamic_axes={'x': axes})
+    session = ort_session(str(path))
+    return lambda x: torch.from_numpy(session.run(None, {'x': x.numpy()})[0])
+
+
 @pytest.mark.parametrize('mode', ['avg', 'max'])
 @pytest.mark.parametrize('size', [(13, 21), (3, 5), (16, 16)])
-def test_pool_cells_traced_form(mode, size):
+def test_pool_cells_exported_form(mode, size, tmp_path):
     x = torch.randn(2, 3, *size)
-    traced = torch.jit.trace(Traced(lambda t: pool_cells(t, 4, mode)), torch.randn(2, 3, 16, 16),
-                             check_trace=False)
-    torch.testing.assert_close(traced(x), pool_cells(x, 4, mode), rtol=1e-6, atol=1e-6)
+    exported = onnx_function(lambda t: pool_cells(t, 4, mode), torch.randn(2, 3, 16, 16),
+                             tmp_path / 'pool.onnx')
+    torch.testing.assert_close(exported(x), pool_cells(x, 4, mode), rtol=1e-6, atol=1e-6)
 
 
-def test_window_key_mask_traced_form():
+def test_window_key_mask_exported_form(tmp_path):
     def mask(x):
         height, width = x.shape[-2:]
         pad_h, pad_w = (4 - height % 4) % 4, (4 - width % 4) % 4
         return window_key_mask(height, width, pad_h, pad_w, 4, 4, x.device)
 
-    traced = torch.jit.trace(Traced(mask), torch.randn(1, 8, 8), check_trace=False)
-    assert traced(torch.randn(1, 8, 8)).all()  # traced at a padless size, still a real mask
+    exported = onnx_function(mask, torch.randn(1, 8, 8), tmp_path / 'mask.onnx')
+    assert exported(torch.randn(1, 8, 8)).all()  # traced at a padless size, still a real mask
     x = torch.randn(1, 6, 7)
-    assert torch.equal(traced(x), mask(x))
+    assert torch.equal(exported(x), mask(x))
 
 
 # --- torch.compile ------------------------------------------------------------------------------

@@ -11,12 +11,13 @@ import torch.nn.functional as F
 
 
 def is_exporting() -> bool:
-    """Whether this call runs under ``torch.jit.trace`` / TorchScript ONNX export.
+    """Whether this call runs inside ``torch.onnx.export`` (its tracing included).
 
     Checked per call by the layers that take an export-friendly form (no branch on sizes,
-    no -inf, no ceil-mode pooling); eager and ``torch.compile`` runs keep their own form.
+    no -inf, no ceil-mode pooling); eager and ``torch.compile`` runs keep their own form, and so
+    does a plain ``torch.jit.trace`` (the FLOP counter traces, and must see SDPA calls).
     """
-    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+    return torch.onnx.is_in_onnx_export()
 
 
 def ceil_div(size, divisor: int):
