@@ -8,36 +8,11 @@ figures are counted) and with them.
 import argparse
 
 import torch
-import torch.nn as nn
 from mmengine.config import Config, DictAction
 from mmengine.registry import MODELS, init_default_scope
-from mmengine.structures import InstanceData
 
 from mmhvit.utils import count_flops, count_params
-
-
-class TensorForward(nn.Module):
-    """The model's ``mode='tensor'`` forward (backbone, neck and heads, no post-processing)."""
-
-    def __init__(self, model, data_samples):
-        super().__init__()
-        self.model = model
-        self.data_samples = data_samples
-
-    def forward(self, inputs):
-        return self.model(inputs, self.data_samples, mode='tensor')
-
-
-def synthetic_data_samples(scope: str, height: int, width: int):
-    """Two-stage detectors read image shapes from data samples even in tensor mode."""
-    if scope != 'mmdet':
-        return None
-    from mmdet.structures import DetDataSample
-    sample = DetDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
-                                         pad_shape=(height, width), scale_factor=(1., 1.),
-                                         batch_input_shape=(height, width)))
-    sample.gt_instances = InstanceData()
-    return [sample]
+from mmhvit.utils.export import TensorForward, synthetic_data_samples
 
 
 def main():

@@ -20,6 +20,7 @@ from ..layers import (
     BackboneStage,
     TransformerLayer,
     build_norm2d,
+    is_exporting,
     pad_nchw,
     pad_nhwc,
     padding_to_multiple,
@@ -69,6 +70,11 @@ class BlockAggregation(nn.Module):
         x = self.norm(self.conv(x))
         if self.padding == 'symmetric':
             return F.max_pool2d(x, 3, 2, padding=1)
+        if is_exporting():
+            # SAME padding is (n % 2 before, 1 after) for every side n: pad one on each side, then
+            # drop the first row/col of even sides (sizes are traced values: no branch on them).
+            x = F.pad(x, (1, 1, 1, 1), value=torch.finfo(x.dtype).min)
+            return F.max_pool2d(x[..., 1 - x.shape[-2] % 2:, 1 - x.shape[-1] % 2:], 3, 2)
         top, bottom = self._same_pad(x.shape[-2])
         left, right = self._same_pad(x.shape[-1])
         x = F.pad(x, (left, right, top, bottom), value=float('-inf'))
@@ -148,6 +154,8 @@ class NesTStage(BackboneStage):
         # A side shorter than a block gets one block of that side: same result as padding it to a
         # whole block with masked keys, without the wasted tokens.
         bh, bw = min(self.block_size, height), min(self.block_size, width)
+        if is_exporting():  # no branch on traced sizes: always whole blocks with masked keys
+            bh = bw = self.block_size
         pad_h, pad_w = padding_to_multiple(height, width, bh, bw)
         key_mask = window_key_mask(height, width, pad_h, pad_w, bh, bw, x.device)
         tokens = window_partition(pad_nhwc(x, pad_h, pad_w), bh, bw)

@@ -22,6 +22,8 @@ from ..layers import (
     TransformerLayer,
     build_norm2d,
     build_rescale,
+    ceil_div,
+    is_exporting,
     pad_nchw,
     padding_to_multiple,
     resize_pos_map,
@@ -403,12 +405,13 @@ class TNT(HViTBackbone):
     def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         height, width = x.shape[-2:]
         x = pad_nchw(x, *padding_to_multiple(height, width, self.size_divisor))
-        real = (math.ceil(height / PATCH_SIZE), math.ceil(width / PATCH_SIZE))
+        real = (ceil_div(height, PATCH_SIZE), ceil_div(width, PATCH_SIZE))
         padded = (x.shape[2] // PATCH_SIZE, x.shape[3] // PATCH_SIZE)
         key_mask = None  # None keeps attention unmasked when no sentence is wholly padding
-        if real != padded:
-            valid = torch.zeros(padded, dtype=torch.bool, device=x.device)
-            valid[:real[0], :real[1]] = True
+        if is_exporting() or real != padded:
+            rows = torch.arange(padded[0], device=x.device) < real[0]
+            cols = torch.arange(padded[1], device=x.device) < real[1]
+            valid = rows[:, None] & cols[None, :]
             # The class token is always a real key.
             key_mask = torch.cat([valid.new_ones(1), valid.flatten()])[None]
         words, sentences = self.patch_embed(x, real)
@@ -432,7 +435,7 @@ class TNT(HViTBackbone):
         stride = OUT_STRIDES[index]
         # Upsampled maps of a partial last patch reach into the padding: crop them.
         fmap = stage.out_proj(stage.out_norm(fmap))
-        return fmap[..., :math.ceil(size[0] / stride), :math.ceil(size[1] / stride)]
+        return fmap[..., :ceil_div(size[0], stride), :ceil_div(size[1], stride)]
 
     # --- checkpoints --------------------------------------------------------------------------
     def pos_embed_keys(self) -> Tuple[str, ...]:

@@ -13,7 +13,6 @@ from typing import Dict, List, Optional, Union
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmcv.cnn import build_activation_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
@@ -114,7 +113,7 @@ class TwoBranchDownsample(nn.Module):
         self.act = build_activation_layer(act_cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pooled = F.max_pool2d(x, 2, 2, ceil_mode=True)
+        pooled = pool_cells(x, 2, 'max')  # ceil-mode 2x2 max pool, export-safe when traced
         return self.act(self.norm1(self.conv(x)) + self.norm2(self.residual(pooled)))
 
 

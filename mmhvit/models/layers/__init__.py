@@ -13,6 +13,8 @@ from .pyramid import RESCALES, build_rescale
 from .stage import BackboneStage
 from .transformer import MultiheadSelfAttention, TransformerLayer
 from .windows import (
+                        ceil_div,
+                        is_exporting,
                         pad_nchw,
                         pad_nhwc,
                         padding_to_multiple,
@@ -27,5 +29,5 @@ __all__ = [
     'resize_pos_map', 'RESCALES',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
-    'window_key_mask'
+    'window_key_mask', 'is_exporting', 'ceil_div'
 ]

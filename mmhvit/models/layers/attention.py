@@ -5,6 +5,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .windows import is_exporting
+
 ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # Up to this many keys, plain matmul + softmax beats the CPU SDPA kernels (TNT's 16-word sentences,
 # TransCNN's 8x8 windows: 1.2-1.6x faster on x86 with torch 2.14; measured by
@@ -46,6 +48,8 @@ def multihead_attention(q: torch.Tensor,
         dropout_p (float): Attention dropout, applied only in training by the caller's choice.
         kernel (str): ``'sdpa'`` (``scaled_dot_product_attention``), ``'matmul'`` (its maths
             written out) or ``'auto'``: matmul for short CPU sequences, where it is faster.
+            While exporting (:func:`is_exporting`) every kernel becomes plain matmul attention
+            with an additive finite mask, the form ONNX runtimes and MMDeploy rewrites handle.
 
     Returns:
         Tensor: (B, Nq, Cv).
@@ -58,6 +62,8 @@ def multihead_attention(q: torch.Tensor,
         groups = key_mask.shape[0]
         attn_mask = key_mask[:, None, None, :].repeat(q.shape[0] // groups, 1, 1, 1)
     q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    if is_exporting():
+        return merge_heads(_export_attention(q, k, v, attn_mask, scale))
     if kernel == 'auto':
         short = q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE
         kernel = 'matmul' if short else 'sdpa'
@@ -69,6 +75,21 @@ def multihead_attention(q: torch.Tensor,
     else:
         raise ValueError(f'attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}')
     return merge_heads(out)
+
+
+# Logit offset of masked keys in exported graphs: finite (no -inf, which some runtimes and fp16
+# engines turn into NaN), and far enough below any real logit that exp() underflows to exactly 0.
+EXPORT_MASK_VALUE = -1e4
+
+
+def _export_attention(q, k, v, attn_mask, scale):
+    """Attention for traced / exported graphs: matmul, softmax, an additive finite mask, no
+    dropout (export is inference)."""
+    scale = q.shape[-1]**-0.5 if scale is None else scale
+    logits = (q * scale) @ k.transpose(-2, -1)
+    if attn_mask is not None:
+        logits = logits + (~attn_mask).to(logits.dtype) * EXPORT_MASK_VALUE
+    return logits.softmax(dim=-1) @ v
 
 
 def _matmul_attention(q, k, v, attn_mask, scale, dropout_p):

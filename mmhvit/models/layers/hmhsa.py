@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from .attention import multihead_attention
 from .norm import build_norm2d
 from .windows import (
+    is_exporting,
+    pad_nchw,
     pad_nhwc,
     padding_to_multiple,
     window_key_mask,
@@ -40,7 +42,7 @@ def grid_attention(qkv: torch.Tensor, grid_size: int, attention: Callable) -> to
     key_mask = window_key_mask(height, width, pad_h, pad_w, grid_size, grid_size, qkv.device)
     out = attention(*windows.chunk(3, dim=-1), key_mask=key_mask)
     out = window_reverse(out, grid_size, grid_size, height + pad_h, width + pad_w)
-    return out[:, :height, :width] if pad_h or pad_w else out
+    return out[:, :height, :width] if is_exporting() or pad_h or pad_w else out
 
 
 def pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
@@ -52,10 +54,23 @@ def pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
     """
     if cell == 1:
         return x
+    if is_exporting():
+        return _export_pool_cells(x, cell, mode)
     # A map smaller than the cell is one partial cell: clip the kernel, keep the stride.
     kernel = (min(cell, x.shape[-2]), min(cell, x.shape[-1]))
     pool = F.avg_pool2d if mode == 'avg' else F.max_pool2d
     return pool(x, kernel, cell, ceil_mode=True)
+
+
+def _export_pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
+    """:func:`pool_cells` without ceil mode or a size-dependent kernel, for exported graphs:
+    the map is padded to whole cells; max pads with the lowest finite value, average divides the
+    cell sums by the number of valid pixels (an average pool of the padded validity map)."""
+    pad_h, pad_w = padding_to_multiple(x.shape[-2], x.shape[-1], cell)
+    if mode != 'avg':
+        return F.max_pool2d(pad_nchw(x, pad_h, pad_w, torch.finfo(x.dtype).min), cell, cell)
+    valid = pad_nchw(torch.ones_like(x[:1, :1]), pad_h, pad_w)
+    return F.avg_pool2d(pad_nchw(x, pad_h, pad_w), cell, cell) / F.avg_pool2d(valid, cell, cell)
 
 
 class HMHSA(nn.Module):

@@ -1,6 +1,8 @@
 """Rescaling a single-stride map to another stride: the simple feature pyramid of ViTDet."""
+import torch
 import torch.nn as nn
 
+from .hmhsa import pool_cells
 from .norm import build_norm2d
 
 RESCALES = (4, 2, 1, 0.5)
@@ -22,5 +24,13 @@ def build_rescale(scale: float, channels: int, norm_cfg: dict) -> nn.Module:
     if scale == 1:
         return nn.Identity()
     if scale == 0.5:
-        return nn.MaxPool2d(2, 2, ceil_mode=True)
+        return HalfMaxPool()
     raise ValueError(f'rescale {scale} is not supported; use one of {RESCALES}')
+
+
+class HalfMaxPool(nn.Module):
+    """``nn.MaxPool2d(2, 2, ceil_mode=True)`` through :func:`pool_cells`, which takes an
+    export-friendly form (no ceil mode) while the model is traced for export."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return pool_cells(x, 2, 'max')

@@ -1,27 +1,50 @@
-"""Padding to whole windows and the window (block) layout of token maps."""
+"""Padding to whole windows and the window (block) layout of token maps.
+
+While a model is traced for export (:func:`is_exporting`), sizes are traced values: the helpers
+here then never branch on them (a Python ``if`` would freeze the traced size's branch into the
+graph), so one exported graph serves every input size.
+"""
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 
+def is_exporting() -> bool:
+    """Whether this call runs inside ``torch.onnx.export`` (its tracing included).
+
+    Checked per call by the layers that take an export-friendly form (no branch on sizes,
+    no -inf, no ceil-mode pooling); eager and ``torch.compile`` runs keep their own form, and so
+    does a plain ``torch.jit.trace`` (the FLOP counter traces, and must see SDPA calls).
+    """
+    return torch.onnx.is_in_onnx_export()
+
+
+def ceil_div(size, divisor: int):
+    """ceil(size / divisor) for ints and for sizes traced as tensors (``math.ceil`` would freeze
+    a traced size into a constant)."""
+    return (size + divisor - 1) // divisor
+
+
 def padding_to_multiple(height: int, width: int, multiple_h: int,
                         multiple_w: Optional[int] = None) -> Tuple[int, int]:
     """Bottom and right padding that makes (height, width) whole multiples."""
     multiple_w = multiple_h if multiple_w is None else multiple_w
-    return (-height) % multiple_h, (-width) % multiple_w
+    # (m - n % m) % m rather than (-n) % m: the same ints, and traced sizes export it exactly.
+    return ((multiple_h - height % multiple_h) % multiple_h,
+            (multiple_w - width % multiple_w) % multiple_w)
 
 
-def pad_nchw(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
-    """Zero-pad an NCHW map at the bottom and right."""
-    if pad_h == 0 and pad_w == 0:
+def pad_nchw(x: torch.Tensor, pad_h: int, pad_w: int, value: float = 0.) -> torch.Tensor:
+    """Pad an NCHW map at the bottom and right (zeros by default)."""
+    if not is_exporting() and pad_h == 0 and pad_w == 0:
         return x
-    return F.pad(x, (0, pad_w, 0, pad_h))
+    return F.pad(x, (0, pad_w, 0, pad_h), value=value)
 
 
 def pad_nhwc(x: torch.Tensor, pad_h: int, pad_w: int) -> torch.Tensor:
     """Zero-pad an NHWC map at the bottom and right."""
-    if pad_h == 0 and pad_w == 0:
+    if not is_exporting() and pad_h == 0 and pad_w == 0:
         return x
     return F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
 
@@ -49,8 +72,14 @@ def window_key_mask(height: int, width: int, pad_h: int, pad_w: int, win_h: int,
                     device: torch.device) -> Optional[torch.Tensor]:
     """Bool (nH * nW, win_h * win_w): True where a window token lies inside the unpadded map.
 
-    Returns None when there is no padding, so callers keep SDPA's unmasked fast path.
+    Returns None when there is no padding, so callers keep SDPA's unmasked fast path; while
+    exporting it always returns the mask, as the graph must serve padded sizes too.
     """
+    if is_exporting():
+        rows = torch.arange(height + pad_h, device=device) < height
+        cols = torch.arange(width + pad_w, device=device) < width
+        valid = (rows[:, None] & cols[None, :])[None, :, :, None]
+        return window_partition(valid, win_h, win_w).squeeze(-1)
     if pad_h == 0 and pad_w == 0:
         return None
     valid = torch.zeros(1, height + pad_h, width + pad_w, 1, dtype=torch.bool, device=device)

@@ -1,0 +1,126 @@
+"""Deployed backbones: ONNX export, ONNX Runtime and torch.compile against eager PyTorch.
+
+    python tools/deployment/benchmark_onnx.py [--configs configs/transcnn_b_in1k.py ...]
+        [--sizes 224x224 800x1344] [--compile-sizes 224x224] [--repeats 5] [--threads 2]
+        [--out FILE]
+
+Each config's backbone (random weights, all four outputs, batch 1) is exported with dynamic axes
+at 224 x 224 (TorchScript exporter, opset 17); the export time and file size are recorded, then
+ONNX Runtime (CPU) and eager PyTorch are timed at every size, alternating A/B, medians of
+``--repeats`` runs after one warm-up each, with the max abs difference of the outputs. Eager and
+``torch.compile`` (inductor) are timed the same way at ``--compile-sizes`` (the first compiled
+call, which compiles, is reported apart). Prints a Markdown table (and writes it to ``--out``).
+"""
+import argparse
+import os.path as osp
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from mmengine.config import Config
+from mmengine.registry import MODELS, init_default_scope
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, REPO)
+sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+
+from benchmark import alternating_times  # noqa: E402
+
+from mmhvit.utils.export import export_onnx, flatten_outputs, ort_session  # noqa: E402
+
+CONFIGS = ('configs/transcnn_b_in1k.py', 'configs/nest_t_in1k.py', 'configs/tnt_s_in1k.py')
+
+
+def build_backbone(config: str) -> torch.nn.Module:
+    cfg = Config.fromfile(osp.join(REPO, config))
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    backbone = dict(cfg.model.backbone, out_indices=(0, 1, 2, 3), drop_path_rate=0.)
+    backbone.pop('init_cfg', None)
+    torch.manual_seed(0)
+    model = MODELS.build(backbone)
+    model.init_weights()
+    return model.eval()
+
+
+def parse_size(text: str):
+    height, width = text.lower().split('x')
+    return int(height), int(width)
+
+
+def main():
+    parser = argparse.ArgumentParser(description='ONNX Runtime / torch.compile vs eager')
+    parser.add_argument('--configs', nargs='+', default=list(CONFIGS))
+    parser.add_argument('--sizes', nargs='+', default=['224x224', '800x1344'])
+    parser.add_argument('--compile-sizes', nargs='*', default=['224x224'])
+    parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--threads', type=int, default=2)
+    parser.add_argument('--out')
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    rows = []
+    tmp = tempfile.mkdtemp(prefix='onnx_bench_')
+    for config in args.configs:
+        model = build_backbone(config)
+        name = osp.splitext(osp.basename(config))[0].replace('_in1k', '')
+        path = osp.join(tmp, f'{name}.onnx')
+        info = export_onnx(model, path, (224, 224), dynamic=True)
+        size_mb = osp.getsize(path) / 2**20
+        session = ort_session(path, threads=args.threads)
+        print(f'{name}: exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB', flush=True)
+        for text in args.sizes:
+            x = torch.randn(1, 3, *parse_size(text))
+            feed = {'input': x.numpy()}
+
+            def eager():
+                with torch.no_grad():
+                    return model(x)
+
+            def onnx():
+                return session.run(None, feed)
+
+            diff = max(float(np.abs(a.numpy() - b).max())
+                       for a, b in zip(flatten_outputs(eager()), onnx()))
+            t_eager, t_ort = alternating_times([eager, onnx], args.repeats, 1, 'cpu')
+            rows.append(f'| {name} | ONNX Runtime | {text} | {info["seconds"]:.1f} | '
+                        f'{size_mb:.1f} | {t_eager * 1e3:.0f} | {t_ort * 1e3:.0f} | '
+                        f'{t_ort / t_eager:.2f} | {diff:.1e} |')
+            print(rows[-1], flush=True)
+        for text in args.compile_sizes:
+            x = torch.randn(1, 3, *parse_size(text))
+            torch._dynamo.reset()
+            compiled = torch.compile(model)
+            start = time.perf_counter()
+            with torch.no_grad():
+                out = compiled(x)
+            first = time.perf_counter() - start
+
+            def eager():
+                with torch.no_grad():
+                    return model(x)
+
+            def run_compiled():
+                with torch.no_grad():
+                    return compiled(x)
+
+            diff = max(float((a - b).abs().max())
+                       for a, b in zip(flatten_outputs(eager()), flatten_outputs(out)))
+            t_eager, t_comp = alternating_times([eager, run_compiled], args.repeats, 1, 'cpu')
+            rows.append(f'| {name} | torch.compile | {text} | {first:.0f} (first call) | - | '
+                        f'{t_eager * 1e3:.0f} | {t_comp * 1e3:.0f} | {t_comp / t_eager:.2f} | '
+                        f'{diff:.1e} |')
+            print(rows[-1], flush=True)
+    table = '\n'.join([
+        '| backbone | runtime | input | export / compile s | ONNX MiB | eager ms | runtime ms | '
+        'runtime / eager | max abs diff |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- | --- |', *rows])
+    print(table)
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(table + '\n')
+
+
+if __name__ == '__main__':
+    main()
