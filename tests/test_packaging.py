@@ -98,7 +98,9 @@ def test_wheel_carries_every_config_of_the_model_index(dist):
         assert mim + meta in names
         listed += [m['Config'] for m in yaml.safe_load(zipfile.ZipFile(wheel).read(mim + meta))[
             'Models']]
-    assert len(listed) == 12 and all(mim + config in names for config in listed), listed
+    source_models = yaml.safe_load(open(osp.join(REPO, 'configs', 'metafile.yml')))['Models']
+    assert len(listed) == len(source_models) > 0, listed
+    assert all(mim + config in names for config in listed), listed
     # every config and base of the source tree, the tools mim runs and the demo
     shipped = {n[len(mim) + len('configs/'):] for n in names if n.startswith(mim + 'configs/')}
     source = {osp.relpath(p, osp.join(REPO, 'configs'))

@@ -76,7 +76,10 @@ def subset_options(algo, data_root, work_dir, name):
 def test_quickstart_config_trains_and_evaluates(config, tiny_shapes, tmp_path):
     algo = osp.basename(config).split('_')[0]
     work_dir = tmp_path / 'work'
-    options = subset_options(algo, tiny_shapes, work_dir, 'train')
+    # Unique names: MMEngine keeps visualizers by experiment name for the whole process, and a
+    # name reused across tasks hands a run another task's visualizer.
+    name = osp.splitext(osp.basename(config))[0]
+    options = subset_options(algo, tiny_shapes, work_dir, f'train_{name}')
     run_in_process('tools/train.py', config, '--work-dir', str(work_dir), '--cfg-options',
                    *options)
     checkpoint = open(work_dir / 'last_checkpoint').read().strip()
@@ -86,7 +89,7 @@ def test_quickstart_config_trains_and_evaluates(config, tiny_shapes, tmp_path):
     # a model trained for two steps scores below the default thresholds: keep every box
     keep_all = {'retinanet': ['model.test_cfg.score_thr=0.0'],
                 'mask-rcnn': ['model.test_cfg.rcnn.score_thr=0.0']}.get(algo, [])
-    test_options = subset_options(algo, tiny_shapes, work_dir, 'test') + keep_all
+    test_options = subset_options(algo, tiny_shapes, work_dir, f'test_{name}') + keep_all
     run_in_process('tools/test.py', config, checkpoint, '--work-dir', str(work_dir),
                    '--show-dir', 'vis', '--metrics-out', str(metrics_file), '--cfg-options',
                    *test_options)

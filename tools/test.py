@@ -47,9 +47,6 @@ def enable_drawing(cfg: Config, show_dir: str) -> None:
     elif hook_type == 'SegVisualizationHook':  # every image, not one in 50
         hook.update(draw=True, interval=1)
         cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
-        # mmseg names its visualizer 'visualizer': an instance of that name made earlier in
-        # the process would be reused with its own save_dir; the run's own name keeps it apart.
-        cfg.visualizer.pop('name', None)
     elif hook_type == 'VisualizationHook':  # mmpretrain: every image, not one in 5000
         hook.update(enable=True, interval=1, out_dir=osp.join(cfg.work_dir, show_dir))
     else:

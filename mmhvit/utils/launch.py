@@ -40,6 +40,12 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
         wrapper.setdefault('broadcast_buffers', False)
         wrapper.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
         cfg.model_wrapper_cfg = wrapper
+    if isinstance(cfg.get('visualizer'), dict):
+        # OpenMMLab bases name their visualizer 'visualizer'; MMEngine keeps one instance per name
+        # for the whole process and hooks take the latest created one, so a second run in one
+        # process (tests, notebooks, the demo's inferencers before it) would get another task's.
+        # Without a name the run's own experiment name is used.
+        cfg.visualizer.pop('name', None)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = '0'
     return cfg
