@@ -162,3 +162,15 @@ def save_classifier_checkpoint(state_dict: Dict[str, torch.Tensor], dst: str, me
             key = 'backbone.' + key
         classifier[key] = value.detach().clone().contiguous()
     torch.save(dict(state_dict=classifier, meta=meta), dst)
+
+
+def save_converted_classifier(converted: Dict[str, torch.Tensor], src: str, dst: str,
+                              arch: str, converter: str, **extra) -> dict:
+    """Write a converter's output as an MMPretrain classifier checkpoint with the meta every
+    converter records (source file, arch, converter, the head's size when there is one)."""
+    meta = dict(source=osp.basename(src), arch=arch, converter=converter, **extra)
+    head = converted.get('head.fc.weight', converted.get('head.weight'))
+    if head is not None:
+        meta.update(head_in_channels=int(head.shape[1]), num_classes=int(head.shape[0]))
+    save_classifier_checkpoint(converted, dst, meta)
+    return meta

@@ -10,14 +10,13 @@ unused ``attn.proj_norm`` tensors are left out. A TransCNN checkpoint is refused
 transcnn2mmhvit.py).
 """
 import argparse
-import os.path as osp
 
 from mmhvit.models.backbones.hatnet import (
     convert_hatnet_checkpoint,
     describe_hatnet_checkpoint,
     is_official_hatnet,
 )
-from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
+from mmhvit.models.checkpoint import read_state_dict, save_converted_classifier
 
 
 def convert(src: str, dst: str) -> dict:
@@ -29,12 +28,8 @@ def convert(src: str, dst: str) -> dict:
     if not is_official_hatnet(state_dict):
         raise SystemExit(f'{src} does not have the official HAT-Net layout (patch_embed.0, '
                          f'blocks.*, ds2-4, classifier.1, GroupNorms)')
-    meta = dict(source=osp.basename(src), arch=describe_hatnet_checkpoint(converted),
-                converter='tools/model_converters/hatnet2mmhvit.py',
-                head_in_channels=int(converted['head.fc.weight'].shape[1]),
-                num_classes=int(converted['head.fc.weight'].shape[0]))
-    save_classifier_checkpoint(converted, dst, meta)
-    return meta
+    return save_converted_classifier(converted, src, dst, describe_hatnet_checkpoint(converted),
+                                     'tools/model_converters/hatnet2mmhvit.py')
 
 
 def main(argv=None):

@@ -9,19 +9,16 @@ or ``.safetensors``. DST loads into ``configs/nest_t_in1k.py`` (other archs: set
 ``--num-heads`` is only needed for custom archs whose heads are not channels / 32.
 """
 import argparse
-import os.path as osp
 
 from mmhvit.models.backbones.nest import convert_nest_checkpoint, describe_nest_checkpoint
-from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
+from mmhvit.models.checkpoint import read_state_dict, save_converted_classifier
 
 
 def convert(src: str, dst: str, num_heads=None) -> dict:
     state_dict = read_state_dict(src)
     converted = convert_nest_checkpoint(state_dict, num_heads=num_heads, with_head=True)
-    meta = dict(source=osp.basename(src), arch=describe_nest_checkpoint(converted),
-                converter='tools/model_converters/nest2mmhvit.py')
-    save_classifier_checkpoint(converted, dst, meta)
-    return meta
+    return save_converted_classifier(converted, src, dst, describe_nest_checkpoint(converted),
+                                     'tools/model_converters/nest2mmhvit.py')
 
 
 def main(argv=None):

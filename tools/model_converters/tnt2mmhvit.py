@@ -8,7 +8,6 @@ dict (``.pth`` or ``.safetensors``) or an mmpretrain TNT checkpoint. DST loads i
 legacy-layout weights: ``model.backbone.legacy=True``) and reproduces the source model's logits.
 """
 import argparse
-import os.path as osp
 from collections import OrderedDict
 
 from mmhvit.models.backbones.tnt import (
@@ -16,7 +15,7 @@ from mmhvit.models.backbones.tnt import (
     describe_tnt_checkpoint,
     detect_tnt_layout,
 )
-from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
+from mmhvit.models.checkpoint import read_state_dict, save_converted_classifier
 
 
 def convert(src: str, dst: str) -> dict:
@@ -26,10 +25,9 @@ def convert(src: str, dst: str) -> dict:
                     if k.startswith('backbone.')) or state_dict)
     converted = convert_tnt_checkpoint(state_dict)
     arch = describe_tnt_checkpoint(converted)
-    meta = dict(source=osp.basename(src), source_layout=layout, arch=arch,
-                legacy='legacy' in arch, converter='tools/model_converters/tnt2mmhvit.py')
-    save_classifier_checkpoint(converted, dst, meta)
-    return meta
+    return save_converted_classifier(converted, src, dst, arch,
+                                     'tools/model_converters/tnt2mmhvit.py',
+                                     source_layout=layout, legacy='legacy' in arch)
 
 
 def main(argv=None):

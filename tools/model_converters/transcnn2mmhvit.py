@@ -8,14 +8,13 @@ plain ``meta``) loads into ``configs/transcnn_b_in1k.py`` and reproduces the off
 the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (printed below).
 """
 import argparse
-import os.path as osp
 
 from mmhvit.models.backbones.transcnn import (
     convert_transcnn_checkpoint,
     describe_transcnn_checkpoint,
     is_official_transcnn,
 )
-from mmhvit.models.checkpoint import read_state_dict, save_classifier_checkpoint
+from mmhvit.models.checkpoint import read_state_dict, save_converted_classifier
 
 
 def convert(src: str, dst: str) -> dict:
@@ -27,12 +26,8 @@ def convert(src: str, dst: str) -> dict:
     if not is_official_transcnn(state_dict):
         raise SystemExit(f'{src} does not have the official TransCNN layout (patch_embed.0, '
                          f'blocks.*, ds2-4, classifier.1)')
-    meta = dict(source=osp.basename(src), arch=describe_transcnn_checkpoint(converted),
-                converter='tools/model_converters/transcnn2mmhvit.py',
-                head_in_channels=int(converted['head.fc.weight'].shape[1]),
-                num_classes=int(converted['head.fc.weight'].shape[0]))
-    save_classifier_checkpoint(converted, dst, meta)
-    return meta
+    return save_converted_classifier(converted, src, dst, describe_transcnn_checkpoint(converted),
+                                     'tools/model_converters/transcnn2mmhvit.py')
 
 
 def main(argv=None):

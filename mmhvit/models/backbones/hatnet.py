@@ -16,6 +16,7 @@ import torch.nn as nn
 from ...registry import register_backbone
 from ..layers import build_norm2d
 from .transcnn import (
+    OFFICIAL_STEM_ATTN_RULES,
     HMHSABackbone,
     check_hmhsa_release,
     convert_official_hmhsa,
@@ -97,11 +98,7 @@ class HATNet(HMHSABackbone):
 # --- official checkpoints ------------------------------------------------------------------------
 # Official names (HAT_Net.py) -> ours. The IRB's Sequentials hold other layers at the same indices
 # as TransCNN's: conv1 = [GN, 1x1, SiLU], conv2 = [dw, SiLU], conv3 = [1x1, GN].
-_OFFICIAL_RULES = [
-    (r'^patch_embed\.0\.', 'patch_embed.conv1.'),
-    (r'^patch_embed\.1\.', 'patch_embed.norm.'),
-    (r'^patch_embed\.3\.', 'patch_embed.conv2.'),
-    (r'^blocks\.(\d+)\.(\d+)\.attn\.', r'stages.\1.blocks.\2.attn.'),
+_OFFICIAL_RULES = OFFICIAL_STEM_ATTN_RULES + [
     (r'^blocks\.(\d+)\.(\d+)\.conv\.conv1\.0\.', r'stages.\1.blocks.\2.ffn.pre_norm.'),
     (r'^blocks\.(\d+)\.(\d+)\.conv\.conv1\.1\.', r'stages.\1.blocks.\2.ffn.conv1.'),
     (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([23])\.0\.', r'stages.\1.blocks.\2.ffn.conv\3.'),

@@ -279,11 +279,14 @@ class TransCNN(HMHSABackbone):
 
 # --- official checkpoints ------------------------------------------------------------------------
 # Official names (TransCNN.py) -> ours; 1x1 conv weights [out, in, 1, 1] become Linear [out, in].
-_OFFICIAL_RULES = [
+# The stem and attention names that TransCNN and HAT-Net share.
+OFFICIAL_STEM_ATTN_RULES = [
     (r'^patch_embed\.0\.', 'patch_embed.conv1.'),
     (r'^patch_embed\.1\.', 'patch_embed.norm.'),
     (r'^patch_embed\.3\.', 'patch_embed.conv2.'),
     (r'^blocks\.(\d+)\.(\d+)\.attn\.', r'stages.\1.blocks.\2.attn.'),
+]
+_OFFICIAL_RULES = OFFICIAL_STEM_ATTN_RULES + [
     (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([123])\.0\.', r'stages.\1.blocks.\2.ffn.conv\3.'),
     (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([123])\.1\.', r'stages.\1.blocks.\2.ffn.norm\3.'),
 ]
