@@ -16,14 +16,15 @@ def markdown_tables(text):
 
 def test_benchmark_tool_writes_well_formed_tables(tmp_path):
     out = tmp_path / 'bench.md'
-    log = run_tool('tools/analysis_tools/benchmark.py', '--sections', 'params', 'speed', 'scaling',
-                   'gpu', '--families', 'TransCNN', '--archs', 'tiny', '--sizes', '64x64', '64x96',
-                   '--batches', '1', '--repeats', '1', '--warmup', '0', '--threads', '1',
+    log = run_tool('tools/analysis_tools/benchmark.py', '--sections', 'params', 'speed', 'profile',
+                   'scaling', 'gpu', 'quickstart', '--families', 'TransCNN', '--archs', 'tiny',
+                   '--sizes', '64x64', '64x96', '--batches', '1', '--repeats', '1', '--warmup',
+                   '0', '--ratio-runs', '1', '--quickstart-algos', 'retinanet', '--threads', '1',
                    '--no-vit', '--out', str(out))
     assert 'params/FLOPs: TransCNN-tiny' in log  # progress output
     text = out.read_text()
     tables = markdown_tables(text)
-    assert len(tables) == 4  # params, speed, scaling, linearity
+    assert len(tables) == 6  # params, speed, profile, scaling, linearity, quickstart
     for table in tables:
         header, rule, *rows = table
         assert set(''.join(rule)) == {'-'}
@@ -32,9 +33,29 @@ def test_benchmark_tool_writes_well_formed_tables(tmp_path):
     assert params_row[0] == 'TransCNN-tiny'
     assert abs(float(params_row[2]) - 13.316) < 0.01  # the official TransCNN-Tiny count
     assert float(params_row[5]) > float(params_row[4]) > 0  # attention products add FLOPs
-    assert len(tables[2]) == 2 + 2  # one row per size
+
+    speed = {row[0]: row for row in tables[1][2:]}
+    ours = speed['TransCNN-S vs official equations (restated), 256']
+    # The restated official model and ours, on weights converted by our converter, agree.
+    assert float(ours[5]) < 1e-4
+    low, median, high = (float(v) for v in ours[4].split(' / '))
+    assert 0 < low <= median <= high
+    assert 'TransCNN-S before (NCHW maps, out-of-place SiLU) vs official equations (restated), '\
+        '256' in speed
+
+    profile = {row[0]: row for row in tables[2][2:]}
+    assert float(profile['**total**'][1].strip('*')) > 0
+    assert 'aten::mkldnn_convolution' in profile or 'aten::convolution' in profile
+
+    assert len(tables[3]) == 2 + 2  # scaling: one row per size
     assert osp.getsize(tmp_path / 'bench_scaling_cpu.png') > 0
     assert 'Not measured' in text or 'GPU:' in text
+
+    quickstart = {row[0]: row for row in tables[5][2:]}
+    assert set(quickstart) == {f'retinanet_{b}_10e_shapes'
+                               for b in ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'r18')}
+    assert float(quickstart['retinanet_r18_10e_shapes'][2]) == 1.0
+    assert all(float(row[1]) > 0 for row in quickstart.values())
 
 
 def test_benchmark_plugins_section(tmp_path):

@@ -3,19 +3,28 @@ size.
 
     python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu plugins]
         [--families TransCNN NesT TNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
-        [--plugin-size 800x1344] [--plugin-memory-cap 12] [--repeats 5] [--threads 2]
+        [--plugin-size 800x1344] [--plugin-memory-cap 12] [--repeats 5] [--ratio-runs 5]
+        [--official-transcnn PATH/TransCNN.py] [--threads 2]
         [--out docs/benchmarks.md]
 
 Writes a Markdown page of tables (and PNG plots beside it) and prints progress while it runs.
 Sections:
   params   params and FLOPs (with / without the attention matrix products) of every arch's
            ImageNet classifier at its paper resolution, next to the official figures;
-  speed    forward latency of our NesT-T and TNT-S classifiers against timm's, same converted
-           weights, alternating A/B; TransCNN-B against the same net with global attention;
+  speed    forward latency of our TransCNN-S, NesT-T and TNT-S classifiers against the official
+           TransCNN (``--official-transcnn PATH`` to the released TransCNN.py, else our
+           restatement of its computation) and timm's NesT / TNT, same converted weights,
+           alternating A/B, the ratio as min / median / max over ``--ratio-runs`` runs;
+           TransCNN-B against the same net with global attention;
+  profile  (not in the default sections) per-op self CPU time of ours and each reference at the
+           largest batch, from torch.profiler;
   scaling  forward and forward+backward time and peak memory of each backbone (all four outputs)
            against input size, next to a plain ViT-S/16;
   gpu      the speed and scaling tables on the GPU at fp32 and bf16 autocast, plus RetinaNet
            training throughput at 800x1333, batch 2 (only when CUDA is available);
+  quickstart  (not in the default sections) seconds per training iteration of every quickstart
+           RetinaNet, Mask R-CNN and UperNet config against the same task's ResNet-18 config,
+           on generated shapes data;
   plugins  (not in the default sections) MMDet's ResNet-50 alone and with the H-MHSA plugin,
            mmcv's GeneralizedAttention or NonLocal2d after conv3 of every block of stages 2-4:
            params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1.
@@ -106,27 +115,66 @@ class TensorMode(nn.Module):
         return self.model(x, mode='tensor')
 
 
-def timm_pair(family: str):
-    """(timm model, our classifier with timm's weights converted by our converter tool)."""
+def load_converter(tool: str):
+    """The ``convert`` function of a script in tools/model_converters/."""
     import importlib.util
-
-    import timm
-    name, tool = {'NesT': ('nest_tiny_jx', 'nest2mmhvit'),
-                  'TNT': ('tnt_s_patch16_224', 'tnt2mmhvit')}[family]
-    reference = timm.create_model(name, pretrained=False).eval()
     spec = importlib.util.spec_from_file_location(
         tool, osp.join(REPO, 'tools', 'model_converters', f'{tool}.py'))
-    converter = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(converter)
-    ours = build_classifier(family, 'tiny' if family == 'NesT' else 'small')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.convert
+
+
+def official_transcnn(path: Optional[str]) -> nn.Module:
+    """TransCNN-Small as the official code builds it: the released ``TransCNN.py`` at ``path``
+    (its ``TransCNN_Small``), or without a path our restatement of its computation
+    (``official_transcnn.py``, official key names)."""
+    import importlib.util
+    if path is None:
+        sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
+        from official_transcnn import OfficialTransCNN
+
+        from mmhvit.models.backbones.transcnn import TransCNN
+        return OfficialTransCNN(TransCNN.arch_zoo['small'])
+    spec = importlib.util.spec_from_file_location('official_transcnn_release', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TransCNN_Small()
+
+
+def randomize_norms(model: nn.Module) -> None:
+    """Non-trivial BatchNorm statistics, so that a mis-loaded norm shows in the logits."""
+    gen = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            for tensor, (low, high) in ((m.running_mean, (-.3, .3)), (m.running_var, (.5, 2.)),
+                                        (m.weight.data, (.5, 1.5)), (m.bias.data, (-.3, .3))):
+                tensor.copy_(torch.rand(tensor.shape, generator=gen) * (high - low) + low)
+
+
+def reference_pair(family: str, official_path: Optional[str] = None):
+    """(reference model, our classifier with its weights converted by our converter tool, input
+    side, reference name): timm's NesT-T / TNT-S, the official TransCNN-Small."""
+    if family == 'TransCNN':
+        reference = official_transcnn(official_path).eval()
+        randomize_norms(reference)
+        name = 'official TransCNN.py' if official_path else 'official equations (restated)'
+        tool, arch, size = 'transcnn2mmhvit', 'small', 256
+    else:
+        import timm
+        timm_name, tool, arch = {'NesT': ('nest_tiny_jx', 'nest2mmhvit', 'tiny'),
+                                 'TNT': ('tnt_s_patch16_224', 'tnt2mmhvit', 'small')}[family]
+        reference = timm.create_model(timm_name, pretrained=False).eval()
+        name, size = 'timm', 224
+    ours = build_classifier(family, arch)
     with tempfile.TemporaryDirectory() as tmp:
-        torch.save(reference.state_dict(), osp.join(tmp, 'timm.pth'))
-        converter.convert(osp.join(tmp, 'timm.pth'), osp.join(tmp, 'ours.pth'))
+        torch.save(reference.state_dict(), osp.join(tmp, 'reference.pth'))
+        load_converter(tool)(osp.join(tmp, 'reference.pth'), osp.join(tmp, 'ours.pth'))
         state = torch.load(osp.join(tmp, 'ours.pth'), map_location='cpu')['state_dict']
     missing, unexpected = ours.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise RuntimeError(f'converted {name} does not fit: {missing} {unexpected}')
-    return reference, TensorMode(ours).eval()
+        raise RuntimeError(f'converted {family} does not fit: {missing} {unexpected}')
+    return reference, TensorMode(ours).eval(), size, name
 
 
 class PlainViT(nn.Module):
@@ -297,23 +345,65 @@ def section_params(args) -> List[str]:
     ]
 
 
+def transcnn_before(model: nn.Module) -> nn.Module:
+    """Our TransCNN as it ran before the speed work of issue 18: NCHW maps and out-of-place
+    activations (the same weights and numbers)."""
+    for module in model.modules():
+        if hasattr(module, 'channels_last'):
+            module.channels_last = False
+        if isinstance(module, nn.SiLU):
+            module.inplace = False
+    return model
+
+
+# What a "before" row undoes, per family: the layout changes that made ours faster, kept
+# switchable so that one run measures before and after on the same machine state.
+BEFORE = {'TransCNN': ('NCHW maps, out-of-place SiLU', transcnn_before)}
+
+
+def ratio_runs(ours: Callable, reference: Callable, args, device: str):
+    """``args.ratio_runs`` runs of A/B-alternating timing: (median ms of ours, of the reference,
+    [ours / reference of each run]); the spread of the ratios shows the noise."""
+    ratios, t_ours, t_ref = [], [], []
+    for _ in range(args.ratio_runs):
+        a, b = alternating_times([ours, reference], args.repeats, args.warmup, device)
+        ratios.append(a / b)
+        t_ours.append(a)
+        t_ref.append(b)
+    return statistics.median(t_ours) * 1e3, statistics.median(t_ref) * 1e3, ratios
+
+
+def spread(ratios: List[float]) -> str:
+    return f'{min(ratios):.2f} / {statistics.median(ratios):.2f} / {max(ratios):.2f}'
+
+
 def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None) -> List[str]:
     rows = []
     autocast = (torch.autocast(device_type=device, dtype=dtype) if dtype else
                 torch.autocast(device_type=device, enabled=False))
-    for family in [f for f in ('NesT', 'TNT') if f in args.families]:
-        reference, ours = timm_pair(family)
+    for family in [f for f in ('TransCNN', 'NesT', 'TNT') if f in args.families]:
+        reference, ours, size, ref_name = reference_pair(family, args.official_transcnn)
         reference, ours = reference.to(device), ours.to(device)
+        label = {'TransCNN': 'TransCNN-S', 'NesT': 'NesT-T', 'TNT': 'TNT-S'}[family]
         for batch in args.batches:
-            log(f'speed: {family} vs timm, batch {batch}, {device}, {dtype or "fp32"}')
-            x = torch.randn(batch, 3, 224, 224, device=device)
+            log(f'speed: {label} vs {ref_name}, batch {batch}, {device}, {dtype or "fp32"}')
+            x = torch.randn(batch, 3, size, size, device=device)
             with torch.no_grad(), autocast:
                 diff = (ours(x).float() - reference(x).float()).abs().max().item()
-                t_ours, t_ref = alternating_times([lambda: ours(x), lambda: reference(x)],
-                                                  args.repeats, args.warmup, device)
-            rows.append(f'| {family}-{"T" if family == "NesT" else "S"} vs timm | {batch} | '
-                        f'{t_ours * 1e3:.1f} | {t_ref * 1e3:.1f} | {t_ours / t_ref:.2f} | '
-                        f'{diff:.1e} |')
+                t_ours, t_ref, ratios = ratio_runs(lambda: ours(x), lambda: reference(x), args,
+                                                   device)
+            rows.append(f'| {label} vs {ref_name}, {size} | {batch} | {t_ours:.1f} | '
+                        f'{t_ref:.1f} | {spread(ratios)} | {diff:.1e} |')
+            if family in BEFORE:
+                what, undo = BEFORE[family]
+                before = undo(copy.deepcopy(ours))
+                log(f'speed: {label} before ({what}) vs {ref_name}, batch {batch}')
+                with torch.no_grad(), autocast:
+                    t_before, t_ref, ratios = ratio_runs(lambda: before(x), lambda: reference(x),
+                                                         args, device)
+                rows.append(f'| {label} before ({what}) vs {ref_name}, {size} | {batch} | '
+                            f'{t_before:.1f} | {t_ref:.1f} | {spread(ratios)} | — |')
+                before = None
         reference = ours = None  # free them before the next family
     if 'TransCNN' in args.families:
         arch = SCALING_ARCHS['TransCNN']
@@ -325,20 +415,57 @@ def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None
             log(f'speed: TransCNN H-MHSA vs global attention, batch {batch}, {device}')
             x = torch.randn(batch, 3, 256, 256, device=device)
             with torch.no_grad(), autocast:
-                t_ours, t_ref = alternating_times([lambda: hmhsa(x), lambda: plain(x)],
-                                                  args.repeats, args.warmup, device)
+                t_ours, t_ref, ratios = ratio_runs(lambda: hmhsa(x), lambda: plain(x), args,
+                                                   device)
             rows.append(f'| TransCNN-B (H-MHSA) vs global attention, 256 | {batch} | '
-                        f'{t_ours * 1e3:.1f} | {t_ref * 1e3:.1f} | {t_ours / t_ref:.2f} | — |')
+                        f'{t_ours:.1f} | {t_ref:.1f} | {spread(ratios)} | — |')
     title = f'{device.upper()}, {"bf16 autocast" if dtype else "fp32"}'
     return [
         f'## Speed against the reference ({title})', '',
-        f'Forward latency, median of {args.repeats} runs after {args.warmup} warm-up runs, the two '
-        'models alternating A/B; timm models carry our converter\'s input (same weights), and '
-        '"max abs diff" is the largest logit difference between them. Target: ours/reference '
-        '≤ 0.9.', '',
-        '| comparison | batch | ours (ms) | reference (ms) | ours / reference | max abs diff |',
-        '|---|---|---|---|---|---|', *rows, ''
+        f'Forward latency of the ImageNet classifiers on the same weights (the reference\'s, '
+        f'converted by our converter tool). One run: {args.repeats} forwards of each model after '
+        f'{args.warmup} warm-up forwards, the two alternating A/B; {args.ratio_runs} runs. '
+        '"ours / reference" is the ratio of the two medians of each run, as min / median / max '
+        'over the runs (its spread is the noise); the ms columns are the medians over the runs; '
+        '"max abs diff" is the largest logit difference. Target: ours / reference ≤ 0.9.', '',
+        '| comparison | batch | ours (ms) | reference (ms) | ours / reference (min / median / max) '
+        '| max abs diff |', '|---|---|---|---|---|---|', *rows, ''
     ]
+
+
+def op_times(model: nn.Module, x: torch.Tensor, repeats: int) -> Dict[str, float]:
+    """Self CPU time (ms per forward) of each aten op, from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad():
+        model(x)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(repeats):
+                model(x)
+    return {e.key: e.self_cpu_time_total / 1e3 / repeats for e in prof.key_averages()}
+
+
+def section_profile(args) -> List[str]:
+    """Where the time goes: per-op self CPU time of ours and the reference, largest first."""
+    lines = ['## Where the CPU time goes (torch.profiler, fp32)', '',
+             f'Self CPU time per forward of each aten op, mean of {args.repeats} profiled forwards '
+             'after one warm-up, batch ' + str(max(args.batches)) + '; ops are listed while '
+             'either model spends at least 1% of its time in them. The profiler\'s own overhead '
+             'inflates small ops: compare the two columns, not with the latencies above.', '']
+    for family in [f for f in ('TransCNN', 'NesT', 'TNT') if f in args.families]:
+        reference, ours, size, ref_name = reference_pair(family, args.official_transcnn)
+        log(f'profile: {family} vs {ref_name}')
+        x = torch.randn(max(args.batches), 3, size, size)
+        times = [op_times(ours, x, args.repeats), op_times(reference, x, args.repeats)]
+        totals = [sum(t.values()) for t in times]
+        ops = sorted(set(times[0]) | set(times[1]),
+                     key=lambda op: -max(times[0].get(op, 0), times[1].get(op, 0)))
+        rows = [f'| {op} | {times[0].get(op, 0):.1f} | {times[1].get(op, 0):.1f} |' for op in ops
+                if max(t.get(op, 0) / total for t, total in zip(times, totals)) >= .01]
+        lines += [f'### {family}: ours vs {ref_name}', '',
+                  '| op | ours (ms) | reference (ms) |', '|---|---|---|', *rows,
+                  f'| **total** | **{totals[0]:.1f}** | **{totals[1]:.1f}** |', '']
+        reference = ours = None
+    return lines
 
 
 def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None):
@@ -456,6 +583,69 @@ def section_gpu_training(args) -> List[str]:
             '| model | images / s | peak memory (GiB) |', '|---|---|---|', *rows, '']
 
 
+# --- quickstart training speed ---------------------------------------------------------------
+QUICKSTART_ALGOS = {'retinanet': '10e', 'mask-rcnn': '8e', 'upernet': '8e'}
+QUICKSTART_BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'r18')
+
+
+def quickstart_iteration_time(config: str, data_root: str, iterations: int, warmup: int) -> float:
+    """Median seconds of one training iteration (``train_step``: forward, backward, optimiser
+    step) of a quickstart config at its own batch size, on batches loaded beforehand."""
+    from mmengine.runner import Runner
+    cfg = Config.fromfile(config)
+    cfg.work_dir = tempfile.mkdtemp(prefix='benchmark_quickstart_')
+    cfg.experiment_name = 'benchmark_' + osp.splitext(osp.basename(config))[0]
+    cfg.log_level = 'WARNING'
+    cfg.train_dataloader.update(num_workers=0, persistent_workers=False)
+    cfg.train_dataloader.dataset.data_root = data_root
+    if cfg.model.backbone.get('init_cfg'):  # UperNet starts from its quickstart classifier
+        cfg.model.backbone.init_cfg = None
+    runner = Runner.from_cfg(cfg)
+    optim_wrapper = runner.build_optim_wrapper(cfg.optim_wrapper)
+    batches = []
+    while len(batches) < iterations + warmup:
+        batches += list(runner.train_dataloader)
+    model = runner.model.train()
+    times = []
+    for index, batch in enumerate(batches[:iterations + warmup]):
+        start = time.perf_counter()
+        model.train_step(batch, optim_wrapper)
+        if index >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def section_quickstart(args) -> List[str]:
+    """s/iter of every quickstart detector / segmentor against its ResNet-18 config."""
+    import subprocess
+    data = tempfile.mkdtemp(prefix='benchmark_shapes_')
+    subprocess.run([sys.executable, osp.join(REPO, 'tools', 'dataset_converters', 'make_shapes.py'),
+                    '--out', data, '--train', '16', '--val', '4', '--seed', '1'], check=True,
+                   capture_output=True)
+    rows = []
+    for algo in args.quickstart_algos:
+        schedule = QUICKSTART_ALGOS[algo]
+        seconds = {}
+        for backbone in QUICKSTART_BACKBONES:
+            config = osp.join(REPO, 'configs', 'quickstart',
+                              f'{algo}_{backbone}_{schedule}_shapes.py')
+            log(f'quickstart: {osp.basename(config)}')
+            seconds[backbone] = quickstart_iteration_time(config, data + '/', args.repeats,
+                                                          args.warmup)
+        for backbone, value in seconds.items():
+            rows.append(f'| {algo}_{backbone}_{schedule}_shapes | {value:.2f} | '
+                        f'{value / seconds["r18"]:.2f} |')
+    return [
+        '## Quickstart training speed (CPU, fp32)', '',
+        'Seconds per training iteration (MMEngine `train_step`: forward, loss, backward, AdamW '
+        'step) of each quickstart config at its own batch size (8 images of 256 x 256) on the '
+        f'generated shapes data, median of {args.repeats} iterations after {args.warmup} warm-up '
+        'iterations, batches loaded beforehand (no data time); against the same task\'s '
+        'ResNet-18 config.', '',
+        '| config | s / iter | / ResNet-18 |', '|---|---|---|', *rows, ''
+    ]
+
+
 # --- attention plugins in ResNet-50 -----------------------------------------------------------
 # The same places for every plugin: after conv3 of every bottleneck of stages 2-4 (13 blocks), where
 # MMDet's ContextBlock / NonLocal configs put theirs. GeneralizedAttention takes MMDet's
@@ -551,7 +741,8 @@ def section_plugins(args) -> List[str]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--sections', nargs='+', default=['params', 'speed', 'scaling', 'gpu'],
-                        choices=['params', 'speed', 'scaling', 'gpu', 'plugins'])
+                        choices=['params', 'speed', 'profile', 'scaling', 'gpu', 'quickstart',
+                                 'plugins'])
     parser.add_argument('--families', nargs='+', default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument('--archs', nargs='+', help='only these arch names in the params section')
     parser.add_argument('--sizes', nargs='+', default=list(SCALING_SIZES),
@@ -559,9 +750,16 @@ def main():
     parser.add_argument('--batches', nargs='+', type=int, default=[1, 8])
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--warmup', type=int, default=2)
+    parser.add_argument('--ratio-runs', type=int, default=5,
+                        help='speed section: runs of alternating A/B timing per comparison')
+    parser.add_argument('--official-transcnn', metavar='PATH',
+                        help='the released TransCNN.py (yun-liu/HAT-Net) to time against; '
+                        'default: our restatement of its computation (official_transcnn.py)')
     parser.add_argument('--threads', type=int, default=2, help='CPU threads (fixed)')
     parser.add_argument('--no-vit', dest='with_vit', action='store_false',
                         help='leave the ViT-S/16 baseline out of the scaling section')
+    parser.add_argument('--quickstart-algos', nargs='+', default=list(QUICKSTART_ALGOS),
+                        choices=list(QUICKSTART_ALGOS), help='tasks of the quickstart section')
     parser.add_argument('--plugin-size', default='800x1344', help='HxW of the plugins section')
     parser.add_argument('--plugin-memory-cap', type=float, default=12.,
                         help='GiB of address space for each model of the plugins section')
@@ -599,6 +797,8 @@ def main():
         lines += section_params(args)
     if 'speed' in args.sections:
         lines += section_speed(args)
+    if 'profile' in args.sections:
+        lines += section_profile(args)
     if 'scaling' in args.sections:
         scaling, points = section_scaling(args)
         plot_scaling(points, stem + '_scaling_cpu.png', 'CPU, fp32, batch 1')
@@ -619,6 +819,8 @@ def main():
             lines += ['# GPU', '', 'Not measured: no GPU was available to the run that wrote this '
                       'page. On a GPU machine, the same command adds fp32 and bf16 tables and '
                       'RetinaNet training throughput here.', '']
+    if 'quickstart' in args.sections:
+        lines += section_quickstart(args)
     if 'plugins' in args.sections:
         lines += section_plugins(args)
     with open(args.out, 'w') as f:

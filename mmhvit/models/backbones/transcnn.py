@@ -13,13 +13,20 @@ from typing import Dict, List, Optional, Union
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_activation_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
-from ..layers import HMHSA, BackboneStage, build_norm2d, grid_attention, pool_cells  # noqa: F401
+from ..layers import (  # noqa: F401
+    HMHSA,
+    BackboneStage,
+    build_inplace_activation,
+    build_norm2d,
+    grid_attention,
+    is_exporting,
+    pool_cells,
+)
 from .base_backbone import HViTBackbone
 
 
@@ -49,7 +56,7 @@ class InvertedResidual(nn.Module):
         self.norm2 = build_norm2d(norm_cfg, hidden_dims) if post else nn.Identity()
         self.conv3 = nn.Conv2d(hidden_dims, embed_dims, 1, bias=False)
         self.norm3 = build_norm2d(norm_cfg, embed_dims)
-        self.act = build_activation_layer(act_cfg)
+        self.act = build_inplace_activation(act_cfg)
         self.drop = nn.Dropout2d(drop_rate)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,7 +117,7 @@ class TwoBranchDownsample(nn.Module):
         self.residual = nn.Conv2d(in_dims, out_dims, 1)
         self.norm1 = build_norm2d(norm_cfg, out_dims)
         self.norm2 = build_norm2d(norm_cfg, out_dims)
-        self.act = build_activation_layer(act_cfg)
+        self.act = build_inplace_activation(act_cfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pooled = pool_cells(x, 2, 'max')  # ceil-mode 2x2 max pool, export-safe when traced
@@ -140,6 +147,11 @@ class HMHSABackbone(HViTBackbone):
     A subclass sets ``arch_zoo``, ``optional_keys`` (with ``kernel_sizes`` and ``qkv_bias``),
     ``default_norm_cfg``, ``irb_norm_layout`` and implements ``build_downsample`` and the
     checkpoint methods. See :class:`TransCNN` for the arguments.
+
+    The maps run in channels-last memory (``channels_last``, an attribute so that a benchmark can
+    time the NCHW layout too): H-MHSA's channels-last tokens are then views of the maps, with no
+    permute copies, and oneDNN / cuDNN run the convolutions NHWC natively. The outputs are NCHW
+    tensors with channels-last strides.
     """
 
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio', 'grid_sizes',
@@ -149,6 +161,7 @@ class HMHSABackbone(HViTBackbone):
     attn_modes = ('official', 'iterative')
     irb_norm_layout = 'post'
     stem_channels = 16
+    channels_last = True
 
     def __init__(self, arch: Union[str, dict] = 'small', attn_mode: str = 'official', **kwargs):
         if attn_mode not in self.attn_modes:
@@ -186,7 +199,7 @@ class HMHSABackbone(HViTBackbone):
         self.patch_embed = nn.Sequential(OrderedDict([
             ('conv1', nn.Conv2d(self.in_channels, self.stem_channels, 3, stride=2, padding=1)),
             ('norm', build_norm2d(self.norm_cfg, self.stem_channels)),
-            ('act', build_activation_layer(self.act_cfg)),
+            ('act', build_inplace_activation(self.act_cfg)),
             ('conv2', nn.Conv2d(self.stem_channels, dims[0], 3, stride=2, padding=1)),
         ]))
         rates = self.drop_path_schedule(s['depths'])
@@ -214,6 +227,8 @@ class HMHSABackbone(HViTBackbone):
                     nn.init.zeros_(m.bias)
 
     def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        if self.channels_last and not is_exporting():
+            x = x.contiguous(memory_format=torch.channels_last)
         x = self.patch_embed(x)
         outs = []
         for i, stage in enumerate(self.stages):

@@ -1,3 +1,4 @@
+from .activation import build_inplace_activation
 from .attention import (
                         ATTENTION_KERNELS,
                         merge_heads,
@@ -24,6 +25,7 @@ from .windows import (
 )
 
 __all__ = [
+    'build_inplace_activation',
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'split_heads',
     'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
     'resize_pos_map', 'RESCALES',
