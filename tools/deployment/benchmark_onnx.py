@@ -52,7 +52,8 @@ def parse_size(text: str):
 def main():
     parser = argparse.ArgumentParser(description='ONNX Runtime / torch.compile vs eager')
     parser.add_argument('--configs', nargs='+', default=list(CONFIGS))
-    parser.add_argument('--sizes', nargs='+', default=['224x224', '800x1344'])
+    parser.add_argument('--sizes', nargs='*', default=['224x224', '800x1344'],
+                        help='ONNX Runtime sizes (none: no export, torch.compile only)')
     parser.add_argument('--compile-sizes', nargs='*', default=['224x224'])
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2)
@@ -65,11 +66,12 @@ def main():
     for config in args.configs:
         model = build_backbone(config)
         name = osp.splitext(osp.basename(config))[0].replace('_in1k', '')
-        path = osp.join(tmp, f'{name}.onnx')
-        info = export_onnx(model, path, (224, 224), dynamic=True)
-        size_mb = osp.getsize(path) / 2**20
-        session = ort_session(path, threads=args.threads)
-        print(f'{name}: exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB', flush=True)
+        if args.sizes:
+            path = osp.join(tmp, f'{name}.onnx')
+            info = export_onnx(model, path, (224, 224), dynamic=True)
+            size_mb = osp.getsize(path) / 2**20
+            session = ort_session(path, threads=args.threads)
+            print(f'{name}: exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB', flush=True)
         for text in args.sizes:
             x = torch.randn(1, 3, *parse_size(text))
             feed = {'input': x.numpy()}
