@@ -1,12 +1,14 @@
-"""Training-engine pieces that make long runs safe: exact mid-epoch resume, AMP on any device.
+"""Training-engine pieces that make long runs safe: exact mid-epoch resume, AMP on any device,
+``compile=True`` with an eager optimizer step.
 
 They register in MMEngine's root registries under names no OpenMMLab library owns, so that a
 config of any scope (mmdet, mmseg, mmpretrain) can name them with ``custom_imports``.
 """
+from .compile import EagerOptimizerStepHook
 from .loops import ResumableEpochBasedTrainLoop, RNGStateHook, get_rng_state, set_rng_state
 from .optim_wrapper import AnyDeviceAmpOptimWrapper
 
 __all__ = [
     'ResumableEpochBasedTrainLoop', 'RNGStateHook', 'get_rng_state', 'set_rng_state',
-    'AnyDeviceAmpOptimWrapper'
+    'AnyDeviceAmpOptimWrapper', 'EagerOptimizerStepHook'
 ]

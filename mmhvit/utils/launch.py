@@ -46,6 +46,12 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
         # process (tests, notebooks, the demo's inferencers before it) would get another task's.
         # Without a name the run's own experiment name is used.
         cfg.visualizer.pop('name', None)
+    if cfg.get('compile'):
+        # torch.compile of MMEngine's train_step cannot trace the optimizer (mmhvit.engine.compile)
+        hooks = cfg.get('custom_hooks') or []
+        if not any(h.get('type') in ('EagerOptimizerStepHook', 'mmhvit.EagerOptimizerStepHook')
+                   for h in hooks):
+            cfg.custom_hooks = [*hooks, dict(type='EagerOptimizerStepHook')]
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = '0'
     return cfg
