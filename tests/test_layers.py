@@ -92,3 +92,17 @@ def test_flop_count_separates_attention_products():
     assert count_flops(model, (x, ), with_attention=False) == 0
     assert count_flops(model, (x, ), with_attention=True) == 3 * 2 * 16 * 16 * (4 + 4)
     assert model.attn_kernel == 'auto'  # set for the count only
+
+
+@pytest.mark.parametrize('size_in,size_out', [((14, 14), (50, 84)), ((14, 14), (7, 9)),
+                                              ((8, 8), (8, 8)), ((3, 5), (1, 1)),
+                                              ((6, 4), (13, 2))])
+def test_bicubic_matrices_equal_interpolate(size_in, size_out):
+    """The exported form of the position-embedding resize is PyTorch's bicubic resize."""
+    from mmhvit.models.layers.pos_embed import bicubic_matrix
+    pos = torch.randn(1, 5, *size_in, dtype=torch.float64)
+    rows, cols = (bicubic_matrix(n_in, n_out, pos.dtype, pos.device)
+                  for n_in, n_out in zip(size_in, size_out))
+    expected = torch.nn.functional.interpolate(pos, size=size_out, mode='bicubic',
+                                               align_corners=False)
+    torch.testing.assert_close(rows @ pos @ cols.T, expected, rtol=1e-12, atol=1e-12)
