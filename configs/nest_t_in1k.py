@@ -2,30 +2,20 @@
 # weight decay 0.05 (not on position embeddings), 300 epochs with 20 warm-up, label smoothing 0.1,
 # mixup 0.8, RandAugment and random erasing from the Swin data pipeline, no gradient clipping.
 # NesT-S: backbone.arch='small'; NesT-B: arch='base' and head.in_channels=512.
-_base_ = [
-    'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
-    'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
-    'mmpretrain::_base_/default_runtime.py',
-]
-custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
+_base_ = ['mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py', './_in1k_recipe.py']
 
 model = dict(
-    type='ImageClassifier',
     # out_indices=(2,): the three NesT levels only (no stride-32 extra), final LN applied.
     backbone=dict(type='mmhvit.NesT', arch='tiny', out_indices=(2, ), final_norm=True,
                   drop_path_rate=0.2),  # the official NesT-T rate
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=1000,
-        in_channels=384,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
-        cal_acc=False),
+    # LinearClsHead's own default init of the head, as the official code (not the recipe's)
+    head=dict(in_channels=384, cal_acc=False,
+              init_cfg=dict(_delete_=True, type='Normal', layer='Linear', std=0.01)),
     init_cfg=[
         dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
         dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
     ],
-    train_cfg=dict(augments=dict(type='Mixup', alpha=0.8)))
+    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8)]))
 
 optim_wrapper = dict(
     optimizer=dict(lr=2.5e-4, weight_decay=0.05),

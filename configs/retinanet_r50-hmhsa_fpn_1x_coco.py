@@ -3,11 +3,7 @@
 # MMDet's own RetinaNet R-50 recipe (torchvision's ImageNet ResNet-50, SGD) plus one residual H-MHSA
 # block after conv3 of every bottleneck of stages 2-4, as MMDet's GCNet / NonLocal plugin configs
 # add theirs; the blocks start as the identity, so training starts from the pretrained ResNet.
-_base_ = 'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py'
+_base_ = ['mmdet::retinanet/retinanet_r50_fpn_1x_coco.py', './_hmhsa_plugins.py']
 custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
 
-model = dict(
-    backbone=dict(plugins=[
-        dict(cfg=dict(type='mmhvit.HMHSAPlugin', grid_size=8, ds_ratio=4),
-             stages=(False, True, True, True), position='after_conv3')
-    ]))
+model = dict(backbone=dict(plugins={{_base_.hmhsa_plugins}}))

@@ -2,24 +2,14 @@
 # AdamW lr 1e-3 at batch 1024 (8 GPUs x 128), 5 warm-up epochs, drop path 0.1, RandAugment, random
 # erasing, mixup 0.8 / cutmix 1.0, label smoothing 0.1, EMA, mean = std = 0.5.
 # Official / timm weights: python tools/model_converters/tnt2mmhvit.py SRC DST (81.5 top-1).
-_base_ = [
-    'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
-    'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
-    'mmpretrain::_base_/default_runtime.py',
-]
-custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
+_base_ = ['mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py', './_in1k_recipe.py']
 
 model = dict(
-    type='ImageClassifier',
     # 'mmhvit.TNT': a plain 'TNT' would build mmpretrain's own class under the mmpretrain scope.
     backbone=dict(type='mmhvit.TNT', arch='small', out_type='cls_token', out_indices=(3, ),
                   drop_path_rate=0.1),
-    neck=None,
-    head=dict(
-        type='LinearClsHead', num_classes=1000, in_channels=384,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
-        init_cfg=dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)),
-    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]))
+    neck=None,  # the class token
+    head=dict(in_channels=384))
 
 data_preprocessor = dict(mean=[127.5, 127.5, 127.5], std=[127.5, 127.5, 127.5], to_rgb=True)
 
@@ -40,9 +30,4 @@ optim_wrapper = dict(
         '.cls_token': dict(decay_mult=0.0),
         'pos_embed': dict(decay_mult=0.0),  # the sentence and the word position embeddings
     }))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5)
-]
 custom_hooks = [dict(type='EMAHook', momentum=4e-5, priority='ABOVE_NORMAL')]
-auto_scale_lr = dict(base_batch_size=1024)

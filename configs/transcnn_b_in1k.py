@@ -6,29 +6,9 @@
 # its Linear, which LinearClsHead lacks (no effect on evaluation).
 # Other archs: backbone.arch='tiny'|'medium'|'large' with head.in_channels=512|640|768.
 # Official weights: python tools/model_converters/transcnn2mmhvit.py TransCNN-Small.pth out.pth
-_base_ = [
-    'mmpretrain::_base_/datasets/imagenet_bs64_swin_256.py',
-    'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
-    'mmpretrain::_base_/default_runtime.py',
-]
-custom_imports = dict(imports=['mmhvit'], allow_failed_imports=False)
+_base_ = ['mmpretrain::_base_/datasets/imagenet_bs64_swin_256.py', './_in1k_recipe.py']
 
 model = dict(
-    type='ImageClassifier',
     backbone=dict(type='mmhvit.TransCNN', arch='base', out_indices=(3, ), drop_path_rate=0.1),
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=1000,
-        in_channels=512,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
-        init_cfg=dict(type='TruncNormal', layer='Linear', std=.02, bias=0.)),
-    train_cfg=dict(augments=[dict(type='Mixup', alpha=0.8), dict(type='CutMix', alpha=1.0)]))
-
+    head=dict(in_channels=512))
 train_dataloader = dict(batch_size=128)
-
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5)
-]
-auto_scale_lr = dict(base_batch_size=1024)

@@ -7,6 +7,7 @@ plain float64 torch on an official-format state dict (its keys, 1x1 conv weights
 (the official size: every window and pooled cell is whole) this is exactly the official
 computation; at other sizes it is the computation in which no padded value exists at all.
 """
+import functools
 import importlib.util
 import math
 import os.path as osp
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 from test_transcnn import (
+    add_conv_shapes,
     assert_close,
     r_conv,
     r_hmhsa,
@@ -63,11 +65,7 @@ def official_shapes(official, num_classes=1000):
     """Key -> shape of an official HAT-Net state dict, in the official module order."""
     o = with_defaults(official)
     shapes = {}
-
-    def conv(name, out_ch, in_ch, k, bias=True):
-        shapes[name + '.weight'] = (out_ch, in_ch, k, k)
-        if bias:
-            shapes[name + '.bias'] = (out_ch, )
+    conv = functools.partial(add_conv_shapes, shapes)
 
     def gn(name, ch):
         shapes[name + '.weight'] = shapes[name + '.bias'] = (ch, )

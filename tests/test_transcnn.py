@@ -7,6 +7,7 @@ cells are taken by slicing, so at map borders they hold only the pixels that exi
 official code accepts (multiples of 128) this is exactly its computation, and for other sizes it is
 the computation in which padded keys are absent.
 """
+import functools
 import math
 import os
 import os.path as osp
@@ -35,14 +36,17 @@ KERNELS = [5, 3, 5, 3]
 
 
 # --- the official layout and forward, restated ---------------------------------------------------
+def add_conv_shapes(shapes, name, out_ch, in_ch, k, bias=True):
+    """The key -> shape entries of an official nn.Conv2d (also used by test_hatnet.py)."""
+    shapes[name + '.weight'] = (out_ch, in_ch, k, k)
+    if bias:
+        shapes[name + '.bias'] = (out_ch, )
+
+
 def official_shapes(arch, num_classes=1000):
     """Key -> shape of an official TransCNN state dict (head_dim = dim // num_heads)."""
     shapes = {}
-
-    def conv(name, out_ch, in_ch, k, bias=True):
-        shapes[name + '.weight'] = (out_ch, in_ch, k, k)
-        if bias:
-            shapes[name + '.bias'] = (out_ch, )
+    conv = functools.partial(add_conv_shapes, shapes)
 
     def bn(name, ch):
         for suffix in ('weight', 'bias', 'running_mean', 'running_var'):
