@@ -42,8 +42,9 @@ def test_window_key_mask_marks_padding():
 
 def test_simple_pyramid_rescales():
     maps = [build_rescale(scale, 8, dict(type='LN2d'))(torch.randn(1, 8, 5, 7))
-            for scale in (4, 2, 1, 0.5)]
-    assert [tuple(m.shape[-2:]) for m in maps] == [(20, 28), (10, 14), (5, 7), (3, 4)]
+            for scale in (8, 4, 2, 1, 0.5, 0.25)]
+    assert [tuple(m.shape[-2:]) for m in maps] == [(40, 56), (20, 28), (10, 14), (5, 7), (3, 4),
+                                                   (2, 2)]
     with pytest.raises(ValueError, match='rescale 3'):
         build_rescale(3, 8, dict(type='LN2d'))
 
