@@ -126,3 +126,19 @@ def test_metafile_names_source_and_converter_of_every_converted_classifier():
         script = f'tools/model_converters/{families[model["In Collection"]]}2mmhvit.py'
         assert osp.isfile(osp.join(REPO, script))
         assert source['Converter'] == f'python {script} {url} {model["Name"]}.pth', model
+
+
+def test_release_page_names_every_official_file_the_configs_use():
+    import glob
+    import re
+    zoo = open(osp.join(REPO, 'docs', 'model_zoo.md')).read()
+    assert '](docs/model_zoo.md)' in open(osp.join(REPO, 'README.md')).read()
+    used = set()
+    for config in glob.glob(osp.join(REPO, 'configs', '*.py')):
+        text = re.sub(r"'\s*\n\s*'", '', open(config).read())  # join split string literals
+        used |= set(re.findall(r"https://[^'\s]+\.pth(?:\.tar)?", text))
+    used |= {m['Converted From']['Weights'] for m in yaml.safe_load(
+        open(osp.join(REPO, 'configs', 'metafile.yml')))['Models'] if 'Converted From' in m}
+    assert len(used) == 4 and all(f'`{url}`' in zoo for url in used), used
+    for family in ('transcnn', 'hatnet', 'nest', 'tnt'):
+        assert f'`{family}2mmhvit.py URL ' in zoo

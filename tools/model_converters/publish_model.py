@@ -43,6 +43,7 @@ def publish(in_file: str, out_file: str, with_hash: bool = True) -> str:
     meta = checkpoint.get('meta', {}) if isinstance(checkpoint, dict) else {}
     published = dict(state_dict=state_dict_of(checkpoint, in_file), meta=plain(meta) or {})
     stem = out_file[:-len('.pth')] if out_file.endswith('.pth') else out_file
+    os.makedirs(osp.dirname(osp.abspath(stem)), exist_ok=True)
     tmp = stem + '.tmp.pth'
     torch.save(published, tmp)
     torch.load(tmp, weights_only=True)  # the release must load with no allowlisted type
