@@ -79,11 +79,11 @@ def _local_copy(filename: str) -> Tuple[str, str]:
 
 
 def _refusal_detail(error: Exception) -> str:
-    """torch's first line and the line naming the refused global (colour codes removed)."""
+    """The line of torch's refusal that names the refused global (colour codes removed)."""
     text = re.sub(r'\x1b\[[0-9;]*m', '', str(error))
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     culprit = [line for line in lines if 'GLOBAL' in line or 'global' in line]
-    return ' '.join(dict.fromkeys(lines[:1] + culprit[:1]))
+    return 'Weights only load failed: ' + (culprit or lines or [''])[0]
 
 
 def load_checkpoint_file(filename: str, map_location='cpu'):
