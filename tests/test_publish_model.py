@@ -7,6 +7,8 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, run_tool
+from test_checkpoint_shapes import deit_checkpoint, shifted
+from test_transcnn import TINY, assert_close, official_shapes, random_state_dict, reference_forward
 
 
 def test_publish_keeps_weights_and_plain_meta(tmp_path):
@@ -38,14 +40,6 @@ def test_official_file_converted_published_and_loaded_by_url(release_server, tmp
     served by URL -> ``init_cfg`` Pretrained: the official logits."""
     from mmengine.config import Config
     from mmengine.registry import MODELS, init_default_scope
-    from test_checkpoint_shapes import deit_checkpoint, shifted
-    from test_transcnn import (
-        TINY,
-        assert_close,
-        official_shapes,
-        random_state_dict,
-        reference_forward,
-    )
     official = random_state_dict(official_shapes(TINY), seed=6, dtype=torch.float32)
     official_url = release_server.put(
         'TransCNN-Tiny.pth', deit_checkpoint(official, ema=shifted(official)))
@@ -99,8 +93,6 @@ def test_official_file_converted_published_and_loaded_by_url(release_server, tmp
 def test_publish_takes_the_weights_of_an_official_training_file(tmp_path):
     """A DeiT-shape file (args Namespace, optimizer, EMA copy) publishes as its plain weights."""
     import importlib.util
-
-    from test_checkpoint_shapes import deit_checkpoint, shifted
     weights = {'module.w': torch.randn(3, 2), 'module.b': torch.zeros(3)}
     src = tmp_path / 'checkpoint.pth'
     torch.save(deit_checkpoint(weights, ema=shifted(weights)), src)
