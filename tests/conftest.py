@@ -1,6 +1,9 @@
+import functools
+import http.server
 import os.path as osp
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -24,6 +27,61 @@ def tiny_shapes(tmp_path_factory):
     run_tool('tools/dataset_converters/make_shapes.py', '--out', str(out), '--train', '8',
              '--val', '4', '--seed', '1')
     return out
+
+
+class _CountingHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves a directory and records the path of every GET (the test counts downloads)."""
+
+    def do_GET(self):
+        self.server.requests.append(self.path)
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass
+
+
+class ServedFiles:
+    """Files under ``root`` served at ``base`` (a release page stand-in), and torch's hub cache."""
+
+    def __init__(self, root, base, requests, cache_dir):
+        self.root, self.base, self.requests, self.cache_dir = root, base, requests, cache_dir
+
+    def put(self, name, content):
+        """Serve ``content`` (bytes, or an object to ``torch.save``) as ``name``; its URL."""
+        import torch
+        path = self.root / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            torch.save(content, path)
+        return self.url(name)
+
+    def url(self, name):
+        return f'{self.base}/{name}'
+
+    def count(self, name):
+        return sum(1 for path in self.requests if path.split('?')[0] == f'/{name}')
+
+
+@pytest.fixture
+def release_server(tmp_path, monkeypatch):
+    """An HTTP server on 127.0.0.1 serving a fresh directory, with ``TORCH_HOME`` (hence the hub
+    cache, ``torch.hub.get_dir()/checkpoints``) in a fresh directory of the test, also for the
+    tools it starts."""
+    root = tmp_path / 'release'
+    root.mkdir()
+    handler = functools.partial(_CountingHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    try:
+        yield ServedFiles(root, f'http://127.0.0.1:{server.server_port}', server.requests,
+                          tmp_path / 'torch_home' / 'hub' / 'checkpoints')
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 # CPU-sized variants of every backbone, for tests that exercise the plumbing rather than an arch

@@ -8,6 +8,8 @@ plain ``meta``) loads into ``configs/hatnet_s_in1k.py`` and reproduces the offic
 the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (printed below). The
 unused ``attn.proj_norm`` tensors are left out. A TransCNN checkpoint is refused (use
 transcnn2mmhvit.py).
+SRC may be an ``http(s)://`` URL: it is downloaded once into the torch hub cache (a
+``-<sha256 prefix>`` in its name is checked) and read weights-only, like a path.
 """
 import argparse
 
@@ -34,7 +36,7 @@ def convert(src: str, dst: str) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description='official HAT-Net -> mmhvit/MMPretrain checkpoint')
-    parser.add_argument('src', help='official HAT-Net checkpoint (.pth)')
+    parser.add_argument('src', help='official HAT-Net checkpoint (.pth); a path or an http(s) URL')
     parser.add_argument('dst', help='output .pth')
     args = parser.parse_args(argv)
     meta = convert(args.src, args.dst)

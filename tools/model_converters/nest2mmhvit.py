@@ -7,6 +7,8 @@ or ``.safetensors``. DST loads into ``configs/nest_t_in1k.py`` (other archs: set
 ``model.backbone.arch`` and ``model.head.in_channels``; timm's non-jx ``nest_*`` also need
 ``model.backbone.pool_padding='symmetric'``) and reproduces timm's logits.
 ``--num-heads`` is only needed for custom archs whose heads are not channels / 32.
+SRC may be an ``http(s)://`` URL: it is downloaded once into the torch hub cache (a
+``-<sha256 prefix>`` in its name is checked) and read weights-only, like a path.
 """
 import argparse
 
@@ -23,7 +25,8 @@ def convert(src: str, dst: str, num_heads=None) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description='timm NesT -> mmhvit/MMPretrain checkpoint')
-    parser.add_argument('src', help='timm NesT checkpoint (.pth or .safetensors)')
+    parser.add_argument('src', help='timm NesT checkpoint (.pth or .safetensors), '
+                        'a path or an http(s) URL')
     parser.add_argument('dst', help='output .pth')
     parser.add_argument('--num-heads', type=int, nargs=3, metavar='H',
                         help='attention heads per level (default: channels / 32, as official)')

@@ -6,6 +6,8 @@ SRC: an official TNT checkpoint (``tnt_s_81.5.pth.tar``, ``tnt_b_82.9.pth.tar``)
 dict (``.pth`` or ``.safetensors``) or an mmpretrain TNT checkpoint. DST loads into
 ``configs/tnt_s_in1k.py`` (other archs: set ``model.backbone.arch`` and ``model.head.in_channels``;
 legacy-layout weights: ``model.backbone.legacy=True``) and reproduces the source model's logits.
+SRC may be an ``http(s)://`` URL: it is downloaded once into the torch hub cache (a
+``-<sha256 prefix>`` in its name is checked) and read weights-only, like a path.
 """
 import argparse
 from collections import OrderedDict
@@ -33,7 +35,8 @@ def convert(src: str, dst: str) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description='official/timm/mmpretrain TNT -> mmhvit/MMPretrain checkpoint')
-    parser.add_argument('src', help='TNT checkpoint (.pth, .pth.tar or .safetensors)')
+    parser.add_argument('src', help='TNT checkpoint (.pth, .pth.tar or .safetensors), '
+                        'a path or an http(s) URL')
     parser.add_argument('dst', help='output .pth')
     args = parser.parse_args(argv)
     meta = convert(args.src, args.dst)

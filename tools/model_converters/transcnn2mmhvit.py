@@ -6,6 +6,8 @@ SRC: an official ``TransCNN-{Tiny,Small,Medium,Large}.pth`` (yun-liu/TransCNN re
 bare state dict or ``{'model': ...}``. DST (``state_dict`` with ``backbone.*`` and ``head.fc.*``,
 plain ``meta``) loads into ``configs/transcnn_b_in1k.py`` and reproduces the official logits; for
 the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (printed below).
+SRC may be an ``http(s)://`` URL: it is downloaded once into the torch hub cache (a
+``-<sha256 prefix>`` in its name is checked) and read weights-only, like a path.
 """
 import argparse
 
@@ -33,7 +35,7 @@ def convert(src: str, dst: str) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description='official TransCNN -> mmhvit/MMPretrain checkpoint')
-    parser.add_argument('src', help='official TransCNN checkpoint (.pth)')
+    parser.add_argument('src', help='official TransCNN checkpoint (.pth); a path or an http(s) URL')
     parser.add_argument('dst', help='output .pth')
     args = parser.parse_args(argv)
     meta = convert(args.src, args.dst)
