@@ -9,7 +9,7 @@ from .attention import (
 from .hmhsa import HMHSA, grid_attention, pool_cells
 from .mlp import Mlp
 from .norm import LayerNorm2d, build_norm2d
-from .pos_embed import resize_pos_map
+from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import RESCALES, build_rescale
 from .stage import BackboneStage
 from .transformer import MultiheadSelfAttention, TransformerLayer
@@ -28,7 +28,7 @@ __all__ = [
     'build_inplace_activation',
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'split_heads',
     'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
-    'resize_pos_map', 'RESCALES',
+    'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows', 'RESCALES',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
     'window_key_mask', 'is_exporting', 'ceil_div'

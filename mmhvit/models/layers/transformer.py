@@ -1,5 +1,5 @@
-"""The pre-norm transformer layer NesT and TNT share, and its self-attention."""
-from typing import Optional
+"""The pre-norm transformer layer NesT, TNT and PyramidTNT share, and its self-attention."""
+from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -55,22 +55,32 @@ class TransformerLayer(nn.Module):
         drop_path_rate (float): Stochastic depth of this layer.
         norm_cfg (dict): Norm layers (over the last dimension).
         act_cfg (dict): MLP activation.
+        norm_shape (Sequence[int], optional): The trailing dimensions both norms normalise
+            jointly (a LayerNorm's ``normalized_shape``); default ``(embed_dims, )``, each token
+            alone. PyramidTNT's inner layers normalise the 16 words of a sentence together:
+            ``(16, embed_dims)``.
+        attn (nn.Module, optional): The attention, called as ``attn(x, key_mask=...,
+            **attn_kwargs)``; default :class:`MultiheadSelfAttention` (from ``num_heads``,
+            ``qkv_bias``, ``attn_drop_rate``, ``drop_rate``).
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_ratio: float = 4.,
                  qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN'),
-                 act_cfg: dict = dict(type='GELU')):
+                 act_cfg: dict = dict(type='GELU'), norm_shape: Optional[Sequence[int]] = None,
+                 attn: Optional[nn.Module] = None):
         super().__init__()
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MultiheadSelfAttention(embed_dims, num_heads, qkv_bias, attn_drop_rate,
-                                           drop_rate)
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        norm_shape = embed_dims if norm_shape is None else tuple(norm_shape)
+        self.norm1 = build_norm_layer(norm_cfg, norm_shape)[1]
+        self.attn = attn if attn is not None else MultiheadSelfAttention(
+            embed_dims, num_heads, qkv_bias, attn_drop_rate, drop_rate)
+        self.norm2 = build_norm_layer(norm_cfg, norm_shape)[1]
         self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), act_cfg, drop_rate)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), key_mask))
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                **attn_kwargs) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), key_mask=key_mask, **attn_kwargs))
         return x + self.drop_path(self.feed_forward(self.norm2(x), key_mask))
 
     def feed_forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor]) -> torch.Tensor:
