@@ -41,7 +41,7 @@ def conv_norm_relu(in_channels: int, out_channels: int, stride: int,
                    norm_cfg: dict) -> List[nn.Module]:
     """A 3x3 conv (with bias, as the official stem), a norm and ReLU."""
     return [nn.Conv2d(in_channels, out_channels, 3, stride, 1),
-            build_norm_layer(norm_cfg, out_channels)[1], nn.ReLU(inplace=True)]
+            build_norm2d(norm_cfg, out_channels), nn.ReLU(inplace=True)]
 
 
 class PyramidTNTStem(nn.Module):
