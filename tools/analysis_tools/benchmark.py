@@ -585,7 +585,7 @@ def section_gpu_training(args) -> List[str]:
 
 # --- quickstart training speed ---------------------------------------------------------------
 QUICKSTART_ALGOS = {'retinanet': '10e', 'mask-rcnn': '8e', 'upernet': '8e'}
-QUICKSTART_BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'r18')
+QUICKSTART_BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'ptnt-q', 'r18')
 
 
 def quickstart_iteration_time(config: str, data_root: str, iterations: int, warmup: int) -> float:
