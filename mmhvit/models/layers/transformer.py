@@ -1,5 +1,5 @@
-"""The pre-norm transformer layer NesT, TNT and PyramidTNT share, and its self-attention."""
-from typing import Optional, Sequence
+"""The pre-norm transformer layer NesT, TNT and PyramidTNT share, and its attentions."""
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -7,7 +7,9 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
+from .hmhsa import pool_cells
 from .mlp import Mlp
+from .pos_embed import AttnBiasRows
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -40,6 +42,64 @@ class MultiheadSelfAttention(nn.Module):
                                 dropout_p=self.attn_drop_rate if self.training else 0.,
                                 kernel=self.attn_kernel)
         return self.proj_drop(self.proj(x))
+
+
+class ReducedAttention(nn.Module):
+    """Attention of tokens on an h x w grid to keys and values pooled from it: queries ``q(x)``
+    against ``kv(norm(reduce(AvgPool_sr(x))))`` (PVT's spatial reduction; ``kv(x)`` when sr = 1),
+    plus an optional additive (queries x keys) bias; PyramidTNT's outer ``Attention``. A partial
+    pooled cell at the bottom / right border averages the tokens that exist (:func:`pool_cells`),
+    so no padding enters a key.
+
+    Args:
+        embed_dims (int): Token channels.
+        num_heads (int): Heads.
+        sr_ratio (int): Pooling of the keys and values (cells of sr x sr tokens).
+        qkv_bias (bool): Bias of ``q`` and ``kv``.
+        attn_drop_rate (float): Dropout on the attention weights.
+        proj_drop_rate (float): Dropout after the output projection.
+        norm_cfg (dict): The norm after the reduction.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1, qkv_bias: bool = False,
+                 attn_drop_rate: float = 0., proj_drop_rate: float = 0.,
+                 norm_cfg: dict = dict(type='LN')):
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims {embed_dims} is not divisible by num_heads {num_heads}')
+        self.num_heads, self.sr_ratio, self.attn_drop_rate = num_heads, sr_ratio, attn_drop_rate
+        self.attn_kernel = 'auto'  # see set_attention_kernel
+        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)  # rows: k, then v
+        if sr_ratio > 1:
+            self.reduce = nn.Linear(embed_dims, embed_dims)
+            self.reduce_norm = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop_rate)
+
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                grid: Optional[Tuple[int, int]] = None,
+                attn_bias: Union[torch.Tensor, AttnBiasRows, None] = None) -> torch.Tensor:
+        """x: (B, h * w, C) tokens of an h x w ``grid``; ``attn_bias``: (1, heads, queries,
+        keys), or :class:`AttnBiasRows` to attend a few query rows at a time."""
+        keys = x
+        if self.sr_ratio > 1:
+            keys = x.transpose(1, 2).reshape(x.shape[0], -1, *grid)
+            keys = pool_cells(keys, self.sr_ratio, 'avg').flatten(2).transpose(1, 2)
+            keys = self.reduce_norm(self.reduce(keys))
+        k, v = self.kv(keys).chunk(2, dim=-1)
+        q = self.q(x)
+        if isinstance(attn_bias, AttnBiasRows):
+            out = torch.cat([self._attend(q[:, start:end], k, v, key_mask, bias)
+                             for start, end, bias in attn_bias], dim=1)
+        else:
+            out = self._attend(q, k, v, key_mask, attn_bias)
+        return self.proj_drop(self.proj(out))
+
+    def _attend(self, q, k, v, key_mask, bias):
+        return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask, attn_bias=bias,
+                                   dropout_p=self.attn_drop_rate if self.training else 0.,
+                                   kernel=self.attn_kernel)
 
 
 class TransformerLayer(nn.Module):
