@@ -109,15 +109,23 @@ def test_publish_takes_the_weights_of_an_official_training_file(tmp_path):
 def test_metafile_names_source_and_converter_of_every_converted_classifier():
     models = yaml.safe_load(open(osp.join(REPO, 'configs', 'metafile.yml')))['Models']
     classifiers = [m for m in models if m['Name'].endswith('_in1k')]
-    families = {'TransCNN': 'transcnn', 'HAT-Net': 'hatnet', 'NesT': 'nest', 'TNT': 'tnt'}
+    families = {'TransCNN': 'transcnn', 'HAT-Net': 'hatnet', 'NesT': 'nest', 'TNT': 'tnt',
+                'PyramidTNT': 'ptnt'}
     assert sorted(m['In Collection'] for m in classifiers) == sorted(families)
     for model in classifiers:
         source = model['Converted From']
         url = source['Weights']
-        assert url.startswith('https://github.com/') and url == model['Weights'], model
+        assert url == model['Weights'], model
         script = f'tools/model_converters/{families[model["In Collection"]]}2mmhvit.py'
         assert osp.isfile(osp.join(REPO, script))
-        assert source['Converter'] == f'python {script} {url} {model["Name"]}.pth', model
+        if url.startswith('https://pan.baidu.com/'):
+            # No direct URL (BaiduDisk): the converter takes the downloaded file.
+            src = source['Converter'].split()[2]
+            assert not src.startswith('http') and src.endswith('.pth.tar'), model
+        else:
+            assert url.startswith('https://github.com/'), model
+            src = url
+        assert source['Converter'] == f'python {script} {src} {model["Name"]}.pth', model
 
 
 def test_release_page_names_every_official_file_the_configs_use():
@@ -131,6 +139,7 @@ def test_release_page_names_every_official_file_the_configs_use():
         used |= set(re.findall(r"https://[^'\s]+\.pth(?:\.tar)?", text))
     used |= {m['Converted From']['Weights'] for m in yaml.safe_load(
         open(osp.join(REPO, 'configs', 'metafile.yml')))['Models'] if 'Converted From' in m}
-    assert len(used) == 4 and all(f'`{url}`' in zoo for url in used), used
+    assert len(used) == 5 and all(f'`{url}`' in zoo for url in used), used
     for family in ('transcnn', 'hatnet', 'nest', 'tnt'):
         assert f'`{family}2mmhvit.py URL ' in zoo
+    assert '`ptnt2mmhvit.py ptnt_s_82.0.pth.tar ' in zoo  # BaiduDisk: no URL to give it
