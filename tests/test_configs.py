@@ -13,7 +13,9 @@ from mmengine.registry import init_default_scope
 
 CONFIGS = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
-    if not osp.basename(p).startswith('_'))
+    # The sharded large variants (60-160 M parameters) are their base configs' recipes (stepped
+    # here) with a bigger arch: test_distributed.py builds them on the meta device.
+    if not osp.basename(p).startswith('_') and '_fsdp_' not in osp.basename(p))
 
 
 def detection_batch(height, width, with_mask):

@@ -10,10 +10,10 @@ import json
 import os
 import os.path as osp
 
+import torch.distributed as dist
 from mmengine.config import Config, DictAction
-from mmengine.runner import Runner
 
-from mmhvit.utils import allow_training_checkpoints, prepare_runner_config
+from mmhvit.utils import build_runner, prepare_runner_config
 
 
 def parse_args():
@@ -75,12 +75,15 @@ def main():
         enable_drawing(cfg, args.show_dir)
     if args.out:
         add_dump_metric(cfg, args.out)
-    runner = Runner.from_cfg(cfg)
-    allow_training_checkpoints(runner)
+    runner = build_runner(cfg)
     metrics = runner.test()
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:
             json.dump({k: _plain(v) for k, v in metrics.items()}, f, indent=1)
+    if dist.is_initialized():
+        # An open gloo group at interpreter exit can abort a rank ("terminate called ...").
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _plain(value):

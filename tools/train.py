@@ -10,9 +10,8 @@ import os
 import torch.distributed as dist
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
-from mmengine.runner import Runner
 
-from mmhvit.utils import allow_training_checkpoints, prepare_runner_config
+from mmhvit.utils import build_runner, prepare_runner_config
 
 
 def parse_args():
@@ -65,8 +64,8 @@ def main():
         cfg.resume = True
         cfg.load_from = args.resume
 
-    runner = Runner.from_cfg(cfg)
-    allow_training_checkpoints(runner)
+    # a config with a `strategy` (configs/_fsdp.py) gets MMEngine's FlexibleRunner
+    runner = build_runner(cfg)
     runner.train()
     if dist.is_initialized():
         # An open gloo group at interpreter exit can abort a rank ("terminate called ...").

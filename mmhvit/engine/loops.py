@@ -5,18 +5,25 @@ epoch from its first batch (its batches before the checkpoint are trained twice)
 restore the random number generators. This loop skips the batches the checkpoint has already
 seen and restores the Python, numpy and torch generator states saved with it, so that a resumed
 run continues with the batches and random draws of an uninterrupted one.
+
+A checkpoint also records the data position (iterations per epoch, images per iteration), so that
+a run resumed on another number of ranks (a requeued cluster job) continues the epoch at the same
+image of the sampler's order and the epoch-based schedules at the same point of the epoch.
 """
 import random
 from typing import Optional
 
 import numpy as np
 import torch
+from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
+from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS, LOOPS
 from mmengine.runner import EpochBasedTrainLoop
 
 RNG_KEY = 'rng_state'
+DATA_KEY = 'data_position'
 
 
 def get_rng_state() -> dict:
@@ -52,11 +59,15 @@ class RNGStateHook(Hook):
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint[RNG_KEY] = get_rng_state()
+        loop = self.loop or getattr(runner, '_train_loop', None)
+        if isinstance(loop, ResumableEpochBasedTrainLoop):
+            checkpoint[DATA_KEY] = loop.data_position()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         loop = self.loop or getattr(runner, '_train_loop', None)
         if isinstance(loop, ResumableEpochBasedTrainLoop):
             loop.pending_rng_state = checkpoint.get(RNG_KEY)
+            loop.pending_data_position = checkpoint.get(DATA_KEY)
 
 
 @LOOPS.register_module()
@@ -69,13 +80,87 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     augmentation random draws, but no training), restores the generator states saved with the
     checkpoint by :class:`RNGStateHook`, and trains from the next batch. The hook is registered
     by the loop itself. Use it as ``train_cfg = dict(type='ResumableEpochBasedTrainLoop', ...)``.
+
+    Resumed with another number of images per iteration (ranks x batch) than the checkpoint's, the
+    loop converts its position: the images the checkpoint trained in the epoch in progress are
+    skipped in the new batches (MMEngine's ``DefaultSampler`` deals the same seeded epoch order to
+    any number of ranks), the iteration counter becomes the new one of that point, and the
+    parameter schedules continue as a run with the new ranks from the start would at that point
+    (those defined in iterations count this run's iterations). The new batch has to divide the
+    images done in the epoch, or the remainder is trained again.
     """
 
     def __init__(self, runner, dataloader, max_epochs: int, **kwargs):
         super().__init__(runner, dataloader, max_epochs, **kwargs)
         self.pending_rng_state: Optional[dict] = None
+        self.pending_data_position: Optional[dict] = None
         if not any(isinstance(hook, RNGStateHook) for hook in runner.hooks):
             runner.register_hook(RNGStateHook(self))
+
+    def images_per_iter(self) -> int:
+        """Images one iteration trains over all ranks."""
+        batch_sampler = getattr(self.dataloader, 'batch_sampler', None)
+        batch_size = getattr(batch_sampler, 'batch_size', None) or self.dataloader.batch_size
+        return batch_size * get_world_size()
+
+    def data_position(self) -> dict:
+        """What a checkpoint needs to continue the epoch on any number of ranks."""
+        return dict(iters_per_epoch=len(self.dataloader), images_per_iter=self.images_per_iter())
+
+    def run(self) -> torch.nn.Module:
+        if self._iter == 0:
+            # load_from (weights only) also calls after_load_checkpoint: not a resumed run
+            self.pending_rng_state = self.pending_data_position = None
+        if self.pending_data_position is not None:
+            self._convert_position(self.pending_data_position)
+            self.pending_data_position = None
+        return super().run()
+
+    def _convert_position(self, saved: dict) -> None:
+        """Map a checkpoint's iteration counter to this run's ranks x batch (no-op if equal)."""
+        if saved == self.data_position():
+            return
+        if not hasattr(self.runner, 'build_param_scheduler'):
+            raise RuntimeError(f'{type(self.runner).__name__} cannot resume on another number of '
+                               'images per iteration (ranks x batch) than its checkpoint')
+        images = (self._iter - self._epoch * saved['iters_per_epoch']) * saved['images_per_iter']
+        done, retrained = divmod(images, self.images_per_iter())
+        old_iter = self._iter
+        self._iter = self._epoch * len(self.dataloader) + done
+        self._replay_schedules()
+        print_log(f'resumed with {self.images_per_iter()} images per iteration instead of '
+                  f"{saved['images_per_iter']}: iteration {old_iter} of the checkpoint is "
+                  f'{self._iter} here ({images} images into epoch {self._epoch + 1}'
+                  f'{f", {retrained} of them trained again" if retrained else ""}); parameter '
+                  'schedules replayed to it', logger='current')
+
+    def _replay_schedules(self) -> None:
+        """Rebuild the parameter schedulers and step them to this iteration as this run's
+        ParamSchedulerHook would have: the checkpoint's were stepped in other iterations (a
+        warm-up of one epoch ends at another step), which MMEngine's chained updates cannot
+        convert."""
+        runner = self.runner
+        if not runner.param_schedulers:
+            return
+        wrappers = runner.optim_wrapper
+        wrappers = wrappers.values() if isinstance(wrappers, OptimWrapperDict) else [wrappers]
+        for wrapper in wrappers:  # back to the values the schedulers start from
+            for group in wrapper.optimizer.param_groups:
+                for key in [k for k in group if k.startswith('initial_')]:
+                    if key[len('initial_'):] in group:
+                        group[key[len('initial_'):]] = group[key]
+        runner.param_schedulers = runner.build_param_scheduler(runner.cfg.param_scheduler)
+        schedulers = runner.param_schedulers
+        schedulers = ([s for group in schedulers.values() for s in group]
+                      if isinstance(schedulers, dict) else schedulers)
+        for it in range(self._iter):
+            for scheduler in schedulers:
+                if not scheduler.by_epoch:
+                    scheduler.step()
+            if (it + 1) % len(self.dataloader) == 0:
+                for scheduler in schedulers:
+                    if scheduler.by_epoch:
+                        scheduler.step()
 
     def run_epoch(self) -> None:
         self.runner.call_hook('before_train_epoch')
@@ -95,3 +180,4 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
             self.run_iter(idx, data_batch)
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
+

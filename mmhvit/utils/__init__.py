@@ -1,6 +1,6 @@
-from .launch import allow_training_checkpoints, prepare_runner_config
+from .launch import allow_training_checkpoints, build_runner, prepare_runner_config
 
-__all__ = ['prepare_runner_config', 'allow_training_checkpoints']
+__all__ = ['prepare_runner_config', 'allow_training_checkpoints', 'build_runner']
 from .flops import count_flops, count_params  # noqa: E402
 
 __all__ += ['count_flops', 'count_params']

@@ -1,21 +1,32 @@
 """What tools/train.py and tools/test.py share: one config, any OpenMMLab task, GPU or CPU ranks."""
 import os
 import os.path as osp
+from unittest import mock
 
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+from mmengine.dist.utils import _init_dist_slurm
+from mmengine.registry import RUNNERS
+from mmengine.runner import FlexibleRunner, Runner
 
 from ..models.checkpoint import training_checkpoint_globals
 
 
-def _init_cpu_process_group() -> None:
-    """Start a gloo process group from torchrun's environment.
+def _init_cpu_process_group(launcher: str) -> None:
+    """Start a gloo process group from torchrun's (``pytorch``) or srun's (``slurm``) environment.
 
-    MMEngine 0.10.7's ``pytorch`` launcher always calls ``torch.cuda.set_device`` and so fails on a
-    machine without a GPU; a group that already exists makes the Runner skip its own ``init_dist``.
+    MMEngine 0.10.7's launchers always call ``torch.cuda.set_device`` and so fail on a machine
+    without a GPU; a group that already exists makes the Runner skip its own ``init_dist``.
     """
-    if not dist.is_initialized():
+    if dist.is_initialized():
+        return
+    if launcher == 'slurm':
+        # MMEngine's own Slurm set-up (ranks from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, the
+        # master from `scontrol show hostname`, MASTER_PORT or 29500), without its set_device.
+        with mock.patch.object(torch.cuda, 'set_device', lambda device: None):
+            _init_dist_slurm('gloo')
+    else:
         dist.init_process_group(backend='gloo')
 
 
@@ -28,18 +39,26 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
     elif cfg.get('work_dir') is None:
         name = osp.splitext(osp.basename(config_path))[0] if config_path else 'run'
         cfg.work_dir = osp.join('./work_dirs', name)
+    fsdp = _check_fsdp(cfg, launcher)
     if launcher != 'none' and not torch.cuda.is_available():
-        if launcher != 'pytorch':
+        if launcher not in ('pytorch', 'slurm'):
             raise RuntimeError(f'launcher "{launcher}" needs GPUs; on a CPU-only machine use '
-                               'tools/dist_train.sh (torchrun, launcher pytorch)')
-        _init_cpu_process_group()
+                               'tools/dist_train.sh (torchrun, launcher pytorch) or slurm')
+        _init_cpu_process_group(launcher)
         cfg.env_cfg = dict(cfg.get('env_cfg', {}), dist_cfg=dict(backend='gloo'))
-        # CPU modules reject DDP's device_ids=[LOCAL_RANK].
-        wrapper = dict(cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel'))
-        wrapper['device_ids'] = None
-        wrapper.setdefault('broadcast_buffers', False)
-        wrapper.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
-        cfg.model_wrapper_cfg = wrapper
+        if fsdp:
+            # FSDP's default device_id is LOCAL_RANK, a CUDA device; torch's FSDP runs on the CPU
+            # when given the CPU explicitly.
+            wrapper = dict(cfg.strategy.get('model_wrapper') or {})
+            wrapper.setdefault('device_id', 'cpu')
+            cfg.strategy.model_wrapper = wrapper
+        else:
+            # CPU modules reject DDP's device_ids=[LOCAL_RANK].
+            wrapper = dict(cfg.get('model_wrapper_cfg') or dict(type='MMDistributedDataParallel'))
+            wrapper['device_ids'] = None
+            wrapper.setdefault('broadcast_buffers', False)
+            wrapper.setdefault('find_unused_parameters', cfg.get('find_unused_parameters', False))
+            cfg.model_wrapper_cfg = wrapper
     if isinstance(cfg.get('visualizer'), dict):
         # OpenMMLab bases name their visualizer 'visualizer'; MMEngine keeps one instance per name
         # for the whole process and hooks take the latest created one, so a second run in one
@@ -55,6 +74,45 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = '0'
     return cfg
+
+
+def _check_fsdp(cfg: Config, launcher: str) -> bool:
+    """Whether the config trains under ``FSDPStrategy``; refuses what FSDP cannot do right."""
+    strategy = cfg.get('strategy')
+    if not isinstance(strategy, dict) or 'FSDP' not in str(strategy.get('type', '')):
+        return False
+    if launcher == 'none':
+        raise RuntimeError('FSDPStrategy shards over ranks: launch with tools/dist_train.sh or '
+                           'tools/slurm_train.sh')
+    clip_grad = (cfg.get('optim_wrapper') or {}).get('clip_grad')
+    if clip_grad and clip_grad.get('type', 'norm') == 'norm':
+        # OptimWrapper clips with torch.nn.utils.clip_grad_norm_ over each rank's own shards,
+        # i.e. by a per-rank norm: ranks would clip differently.
+        raise RuntimeError('optim_wrapper.clip_grad by norm is wrong under FSDP (each rank would '
+                           'clip by the norm of its own shard); set clip_grad=None')
+    return True
+
+
+def build_runner(cfg: Config):
+    """The runner the config asks for, ready to load training checkpoints.
+
+    ``runner_type`` builds that runner; a ``strategy`` (e.g. ``configs/_fsdp.py``) MMEngine's
+    ``FlexibleRunner``; otherwise the plain ``Runner``.
+
+    Args:
+        cfg (Config): The config, after :func:`prepare_runner_config`.
+
+    Returns:
+        Runner | FlexibleRunner: The runner, with :func:`allow_training_checkpoints` applied.
+    """
+    if 'runner_type' in cfg:
+        runner = RUNNERS.build(cfg)
+    elif cfg.get('strategy') is not None:
+        runner = FlexibleRunner.from_cfg(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
+    allow_training_checkpoints(runner)
+    return runner
 
 
 def allow_training_checkpoints(runner) -> None:
