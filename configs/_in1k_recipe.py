@@ -24,4 +24,10 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5, convert_to_iter_based=True),
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=5)
 ]
+# The recipes' learning rates are for a batch of 1024 = 8 GPUs x 128 (base_batch_size). With fewer
+# GPUs keep that batch by accumulating gradients: GPUs x batch_size x accumulative_counts = 1024,
+# e.g. 2 GPUs: --cfg-options optim_wrapper.accumulative_counts=4 (same lr, same schedule in
+# epochs; tests/test_distributed.py checks that 2 x batch 2 accumulated is one step of batch 4).
+# Or train the smaller batch with the lr scaled linearly: tools/train.py --auto-scale-lr (MMEngine
+# counts GPUs x batch_size only, so do not combine it with accumulative_counts).
 auto_scale_lr = dict(base_batch_size=1024)

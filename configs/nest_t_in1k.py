@@ -1,7 +1,9 @@
 # NesT-T on ImageNet-1k with the official recipe: AdamW lr 2.5e-4 at batch 1024 (16 x 64),
 # weight decay 0.05 (not on position embeddings), 300 epochs with 20 warm-up, label smoothing 0.1,
 # mixup 0.8, RandAugment and random erasing from the Swin data pipeline, no gradient clipping.
-# NesT-S: backbone.arch='small'; NesT-B: arch='base' and head.in_channels=512.
+# NesT-S: backbone.arch='small'; NesT-B: arch='base' and head.in_channels=512 (sharded:
+# nest_b_fsdp_in1k.py). Fewer GPUs than 16 x 64: optim_wrapper.accumulative_counts keeps the
+# batch of 1024 (_in1k_recipe.py).
 _base_ = ['mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py', './_in1k_recipe.py']
 
 model = dict(
