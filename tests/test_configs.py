@@ -78,7 +78,9 @@ def test_config_builds_and_steps(config):
     scope = cfg.default_scope
     # The library's ResNet: the quickstart baselines (r18, r50-w16) and the H-MHSA plugin configs
     baseline = re.search(r'_r\d+', osp.basename(config)) is not None
-    assert cfg.model.backbone.type == 'ResNet' if baseline else \
+    # ... and a library ViT as the TNT ablation's plain-transformer reference
+    reference = {'ResNet'} if baseline else {'VisionTransformer'} if '_vit-' in config else None
+    assert cfg.model.backbone.type in reference if reference else \
         cfg.model.backbone.type.startswith('mmhvit.')
     if 'hmhsa' in osp.basename(config):
         assert [p.cfg.type for p in cfg.model.backbone.plugins] == ['mmhvit.HMHSAPlugin']
