@@ -1,11 +1,12 @@
-"""The ``mmhvit`` command (also ``python -m mmhvit``): the configs and model zoo of an installed
-mmhvit, without its source tree.
+"""The ``mmhvit`` command (also ``python -m mmhvit``): the configs, model zoo and checkpoint
+converters of an installed mmhvit, without its source tree.
 
     mmhvit list                    # the configs (paths under configs/)
     mmhvit zoo                     # the model zoo of configs/metafile.yml
     mmhvit path [CONFIG]           # where an installed config is (no CONFIG: configs/ tools/ demo/)
     mmhvit dump CONFIG DIR         # DIR/<config>.py, every base merged in: start from it anywhere
     mmhvit demo IMAGE CONFIG [CHECKPOINT] --out-file out.png   # = demo/image_demo.py
+    mmhvit convert FAMILY SRC DST  # official / timm / mmpretrain weights -> an mmhvit classifier
 
 CONFIG is a path under configs/ (``.py`` optional), a model-zoo name or a config's file name.
 """
@@ -66,10 +67,20 @@ def _demo(args):
     print(f'drawing: {args.out_file}')
 
 
+def _convert(args):
+    from mmhvit.models.converters.files import conversion_summary, convert_file
+    options = {} if args.num_heads is None else dict(num_heads=args.num_heads)
+    if options and args.family != 'nest':
+        raise ValueError(f'--num-heads is an option of nest, not of {args.family}')
+    meta = convert_file(args.family, args.src, args.dst, **options)
+    print(conversion_summary(args.family, args.src, args.dst, meta))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(
-        prog='mmhvit', description='Configs and model zoo of mmhvit (TransCNN, NesT, TNT).',
+        prog='mmhvit',
+        description='Configs, model zoo and converters of mmhvit (TransCNN, HAT-Net, NesT, TNT).',
         epilog=f'files: {mim_root()}')
     parser.add_argument('--version', action='version', version=f'mmhvit {__version__}')
     commands = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
@@ -103,6 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument('--score-thr', type=float, default=0.3,
                      help='detection: boxes below this score are not drawn (default 0.3)')
     sub.set_defaults(func=_demo)
+
+    sub = commands.add_parser(
+        'convert', help='convert official / timm / mmpretrain weights into an MMPretrain '
+        'classifier checkpoint that the family\'s configs/*_in1k.py loads',
+        description='transcnn: official TransCNN-*.pth; hatnet: official HAT-Net_*.pth; nest: '
+        'timm nest_*_jx (official JAX weights) or nest_* (also set model.backbone.pool_padding='
+        '"symmetric"); tnt: official tnt_*.pth.tar, timm or mmpretrain TNT. SRC may be .pth, '
+        '.pth.tar or .safetensors; it is read weights-only.')
+    sub.add_argument('family', choices=('transcnn', 'hatnet', 'nest', 'tnt'))
+    sub.add_argument('src', help='the checkpoint to convert')
+    sub.add_argument('dst', help='the .pth to write')
+    sub.add_argument('--num-heads', type=int, nargs=3, metavar='H',
+                     help='nest: attention heads per level (default: channels / 32, as official; '
+                     'only custom archs need it)')
+    sub.set_defaults(func=_convert)
     return parser
 
 

@@ -11,13 +11,8 @@ import torch.nn.functional as F
 from conftest import REPO, run_tool
 
 from mmhvit.analysis.gradcat import block_scores, draw_gradcat, nest_gradcat
-from mmhvit.models.backbones.nest import (
-    NesT,
-    blocks_to_map,
-    convert_nest_checkpoint,
-    describe_nest_checkpoint,
-    map_to_blocks,
-)
+from mmhvit.models.backbones.nest import NesT, blocks_to_map, map_to_blocks
+from mmhvit.models.converters import convert_nest_checkpoint, describe_nest_checkpoint
 
 timm = pytest.importorskip('timm')
 
@@ -236,7 +231,7 @@ def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
     own = model.state_dict()
     assert list(convert_nest_checkpoint(own, num_heads=model.arch_settings['num_heads'])) == \
         list(own)
-    assert describe_nest_checkpoint(ref.state_dict()) == \
+    assert describe_nest_checkpoint(ref.state_dict(), NesT) == \
         'custom(dims=[16, 32, 64], depths=[1, 2, 1])'
 
 

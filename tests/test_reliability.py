@@ -2,18 +2,17 @@
 
 The figures of docs/reliability.md come from these tests (run with ``-s`` to see them printed).
 """
-import importlib.util
 import os
-import os.path as osp
 import pickle
 
 import pytest
 import torch
-from conftest import REPO, TINY_BACKBONES, run_tool
+from conftest import TINY_BACKBONES, run_tool
 from test_train_tools import QUICKSTART, short_run_options
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
+from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
 
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet}
@@ -35,14 +34,6 @@ class CodeRunner:
 
     def __reduce__(self):
         return (os.system, (f'touch {self.marker}', ))
-
-
-def load_converter(name):
-    path = osp.join(REPO, 'tools', 'model_converters', f'{name}2mmhvit.py')
-    spec = importlib.util.spec_from_file_location(f'{name}2mmhvit', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -76,12 +67,11 @@ def hostile_files(tmp_path):
 def test_every_bad_file_gets_one_clear_error(hostile_files, capsys):
     paths, marker = hostile_files
     model = build('TransCNN')
-    converter = load_converter('transcnn')
     for name, (path, error, pattern) in paths.items():
         # the three in-process loading paths: reading, init_cfg Pretrained, a converter
         for load in (lambda: read_state_dict(path),
                      lambda: model.load_pretrained(path),
-                     lambda: converter.convert(path, path + '.out')):
+                     lambda: convert_file('transcnn', path, path + '.out')):
             with pytest.raises(error, match=pattern) as info:
                 load()
             assert path in str(info.value), (name, str(info.value))
@@ -119,9 +109,9 @@ def test_converters_read_safetensors_like_pth(tmp_path):
     official = random_state_dict(official_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
     torch.save(official, tmp_path / 'official.pth')
     save_file({k: v.contiguous() for k, v in official.items()}, tmp_path / 'official.safetensors')
-    converter = load_converter('transcnn')
     for suffix in ('pth', 'safetensors'):
-        converter.convert(str(tmp_path / f'official.{suffix}'), str(tmp_path / f'{suffix}.out'))
+        convert_file('transcnn', str(tmp_path / f'official.{suffix}'),
+                     str(tmp_path / f'{suffix}.out'))
     from_pth = torch.load(tmp_path / 'pth.out', weights_only=True)['state_dict']
     from_safetensors = torch.load(tmp_path / 'safetensors.out', weights_only=True)['state_dict']
     assert from_pth.keys() == from_safetensors.keys() and len(from_pth) > 100

@@ -18,15 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 
-from mmhvit.models.backbones.transcnn import (
-    HMHSA,
-    TransCNN,
-    convert_transcnn_checkpoint,
-    grid_attention,
-    pool_cells,
-)
+from mmhvit.models.backbones import TransCNN
+from mmhvit.models.converters import convert_transcnn_checkpoint
+from mmhvit.models.layers import HMHSA, grid_attention, multihead_attention, pool_cells
 from mmhvit.models.layers import hmhsa as hmhsa_module
-from mmhvit.models.layers import multihead_attention
 
 DATA = osp.join(osp.dirname(__file__), 'data')
 TINY = dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4],

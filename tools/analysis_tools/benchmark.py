@@ -50,6 +50,7 @@ from mmengine.registry import init_default_scope
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from mmhvit.models.converters.files import convert_file  # noqa: E402
 from mmhvit.utils import count_flops, count_params  # noqa: E402
 
 # Official figures (../shared/docs/REFERENCE.md; papers): params in M with a 1000-class head,
@@ -115,16 +116,6 @@ class TensorMode(nn.Module):
         return self.model(x, mode='tensor')
 
 
-def load_converter(tool: str):
-    """The ``convert`` function of a script in tools/model_converters/."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        tool, osp.join(REPO, 'tools', 'model_converters', f'{tool}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.convert
-
-
 def official_transcnn(path: Optional[str]) -> nn.Module:
     """TransCNN-Small as the official code builds it: the released ``TransCNN.py`` at ``path``
     (its ``TransCNN_Small``), or without a path our restatement of its computation
@@ -159,17 +150,17 @@ def reference_pair(family: str, official_path: Optional[str] = None):
         reference = official_transcnn(official_path).eval()
         randomize_norms(reference)
         name = 'official TransCNN.py' if official_path else 'official equations (restated)'
-        tool, arch, size = 'transcnn2mmhvit', 'small', 256
+        arch, size = 'small', 256
     else:
         import timm
-        timm_name, tool, arch = {'NesT': ('nest_tiny_jx', 'nest2mmhvit', 'tiny'),
-                                 'TNT': ('tnt_s_patch16_224', 'tnt2mmhvit', 'small')}[family]
+        timm_name, arch = {'NesT': ('nest_tiny_jx', 'tiny'),
+                           'TNT': ('tnt_s_patch16_224', 'small')}[family]
         reference = timm.create_model(timm_name, pretrained=False).eval()
         name, size = 'timm', 224
     ours = build_classifier(family, arch)
     with tempfile.TemporaryDirectory() as tmp:
         torch.save(reference.state_dict(), osp.join(tmp, 'reference.pth'))
-        load_converter(tool)(osp.join(tmp, 'reference.pth'), osp.join(tmp, 'ours.pth'))
+        convert_file(family.lower(), osp.join(tmp, 'reference.pth'), osp.join(tmp, 'ours.pth'))
         state = torch.load(osp.join(tmp, 'ours.pth'), map_location='cpu')['state_dict']
     missing, unexpected = ours.load_state_dict(state, strict=False)
     if missing or unexpected:

@@ -5,10 +5,8 @@ Understanding <https://arxiv.org/abs/2105.12723>`_ (Zhang et al., AAAI 2022). Of
 ``google-research/nested-transformer`` (JAX); timm's ``nest_*_jx`` models carry its weights.
 """
 import math
-import re
 import warnings
-from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -16,6 +14,8 @@ import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
+from ..converters import convert_nest_checkpoint, describe_nest_checkpoint
+from ..converters.nest import OFFICIAL_LEVELS
 from ..layers import (
     BackboneStage,
     TransformerLayer,
@@ -220,7 +220,7 @@ class NesT(HViTBackbone):
     optional_keys = dict(block_size=14, patch_size=4, mlp_ratio=4., qkv_bias=True)
     default_norm_cfg = dict(type='LN', eps=1e-6)
     default_act_cfg = dict(type='GELU')
-    pretrained_stages = 3  # the ImageNet model's levels; the last stage is the new stride-32 one
+    pretrained_stages = OFFICIAL_LEVELS  # the ImageNet model's; the last stage is a new stride 32
     # The official ImageNet training's drop-path rates (what drop_path_rate=None used to mean).
     imagenet_drop_path_rates = dict(tiny=0.2, small=0.3, base=0.5)
 
@@ -389,77 +389,5 @@ class NesT(HViTBackbone):
         return convert_nest_checkpoint(state_dict, num_heads=self.arch_settings['num_heads'])
 
     def describe_checkpoint(self, state_dict: dict) -> str:
-        return describe_nest_checkpoint(state_dict)
+        return describe_nest_checkpoint(state_dict, type(self))
 
-
-# --- checkpoints ---------------------------------------------------------------------------------
-_OFFICIAL_HEAD_DIM = 32  # every official / timm NesT variant: 96 / 3, 128 / 4, ... channels
-_FINAL_NORM = f'stages.{NesT.pretrained_stages - 1}.out_norm.'
-# timm names (nest_*_jx carry the official JAX weights) and this package's older ones -> ours.
-_RULES = [
-    (r'^levels\.(\d+)\.(?:transformer_encoder|layers)\.', r'stages.\1.blocks.'),
-    (r'^levels\.(\d+)\.pool\.', r'stages.\1.downsample.'),
-    (r'^levels\.(\d+)\.pos_embed$', r'stages.\1.pos_embed'),
-    (r'^norm\.', _FINAL_NORM),
-]
-_TIMM_ATTN_PROJ = re.compile(r'^levels\.(\d+)\.transformer_encoder\.\d+\.attn\.proj\.weight$')
-
-
-def _head_major_proj(value: torch.Tensor, heads: int) -> torch.Tensor:
-    """timm's attention hands ``attn.proj`` its channels ordered (head_dim, heads), and its
-    converted official weights follow that order; ours are head-major (heads, head_dim)."""
-    dims = value.shape[1]
-    if heads <= 0 or dims % heads:
-        return value
-    return value.reshape(value.shape[0], dims // heads, heads).transpose(1, 2).reshape(
-        value.shape[0], dims)
-
-
-def convert_nest_checkpoint(state_dict: Dict[str, torch.Tensor],
-                            num_heads: Optional[Sequence[int]] = None,
-                            with_head: bool = False) -> 'OrderedDict[str, torch.Tensor]':
-    """Convert a timm NesT state dict (or one of this package's older releases) to our keys.
-
-    timm's ``attn.proj`` input columns are permuted to head-major order, which needs the heads
-    per level: ``num_heads`` or, by default, dims / 32 as in every official variant. Our own keys
-    pass through unchanged. timm's classifier (``head.weight``/``head.bias``) is dropped, or with
-    ``with_head`` renamed to mmpretrain's ``LinearClsHead`` keys ``head.fc.weight``/``.bias``.
-    """
-    converted = OrderedDict()
-    for key, value in state_dict.items():
-        if key.startswith('head.'):
-            if with_head:
-                converted['head.fc.' + key.split('.')[-1]] = value
-            continue
-        timm_proj = _TIMM_ATTN_PROJ.match(key)
-        if timm_proj:
-            level = int(timm_proj.group(1))
-            heads = num_heads[level] if num_heads is not None and level < len(num_heads) \
-                else value.shape[1] // _OFFICIAL_HEAD_DIM
-            value = _head_major_proj(value, heads)
-        for pattern, repl in _RULES:
-            key, hits = re.subn(pattern, repl, key)
-            if hits:
-                break
-        converted[key] = value
-    return converted
-
-
-def describe_nest_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
-    """Name the NesT arch a (timm, older or our) state dict was made for, e.g. ``'tiny'``."""
-    state_dict = convert_nest_checkpoint(state_dict)
-    dims, depths = [], []
-    for i in range(NesT.pretrained_stages):
-        pos = state_dict.get(f'stages.{i}.pos_embed')
-        if pos is None:
-            break
-        dims.append(int(pos.shape[-1]))
-        depths.append(len({m.group(1) for m in (
-            re.match(rf'stages\.{i}\.blocks\.(\d+)\.', k) for k in state_dict) if m}))
-    if not dims:
-        return 'unknown (no stages.*.pos_embed key: not a NesT checkpoint?)'
-    for name in ('tiny', 'small', 'base'):
-        arch = NesT.arch_zoo[name]
-        if arch['embed_dims'][:len(dims)] == dims and arch['depths'][:len(depths)] == depths:
-            return name
-    return f'custom(dims={dims}, depths={depths})'

@@ -3,21 +3,21 @@
 Paper: "Transformer in Convolutional Neural Networks", Liu et al., 2021,
 https://arxiv.org/abs/2106.03180 (later "Vision Transformers with Hierarchical Attention").
 The layers follow the released ``TransCNN.py`` (yun-liu/HAT-Net, commit 0bd7463), so that its
-ImageNet weights load through :func:`convert_transcnn_checkpoint`; on top of it this version takes
+ImageNet weights load through
+:func:`~mmhvit.models.converters.convert_transcnn_checkpoint`; on top of it this version takes
 any input size and offers the paper's iterative H-MHSA as ``attn_mode='iterative'``.
 """
-import re
 from abc import abstractmethod
 from collections import OrderedDict
-from typing import Dict, List, Optional, Union
+from typing import List, Optional, Union
 
 import torch
 import torch.nn as nn
 from mmcv.cnn.bricks import DropPath
-from mmengine.logging import print_log
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
+from ..converters import convert_transcnn_checkpoint, describe_hmhsa_checkpoint
 from ..layers import (  # noqa: F401
     HMHSA,
     BackboneStage,
@@ -291,151 +291,3 @@ class TransCNN(HMHSABackbone):
     def convert_checkpoint(self, state_dict: dict) -> dict:
         return convert_transcnn_checkpoint(state_dict)
 
-
-# --- official checkpoints ------------------------------------------------------------------------
-# Official names (TransCNN.py) -> ours; 1x1 conv weights [out, in, 1, 1] become Linear [out, in].
-# The stem and attention names that TransCNN and HAT-Net share.
-OFFICIAL_STEM_ATTN_RULES = [
-    (r'^patch_embed\.0\.', 'patch_embed.conv1.'),
-    (r'^patch_embed\.1\.', 'patch_embed.norm.'),
-    (r'^patch_embed\.3\.', 'patch_embed.conv2.'),
-    (r'^blocks\.(\d+)\.(\d+)\.attn\.', r'stages.\1.blocks.\2.attn.'),
-]
-_OFFICIAL_RULES = OFFICIAL_STEM_ATTN_RULES + [
-    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([123])\.0\.', r'stages.\1.blocks.\2.ffn.conv\3.'),
-    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([123])\.1\.', r'stages.\1.blocks.\2.ffn.norm\3.'),
-]
-_ATTN_LINEAR = re.compile(r'\.attn\.(qkv|q|kv|proj)\.weight$')
-_OFFICIAL_HEAD = 'classifier.1.'
-# What tells the two releases apart, in their official layouts and in ours: TransCNN has BatchNorm
-# statistics, a downsample with a residual branch and IRB norms after its convs (the official
-# ``conv.conv1.0`` is a conv); HAT-Net has ``attn.proj_norm`` (official files only), an IRB norm on
-# its input (``ffn.pre_norm`` here; the official ``conv.conv1.0`` is that GroupNorm, 1-D).
-_TRANSCNN_MARKERS = re.compile(r'(^(blocks|patch_embed|ds\d)\..*\.running_mean$)'
-                               r'|(^ds\d\.residual\.)|(\.downsample\.residual\.)|(\.ffn\.norm1\.)')
-_HATNET_MARKERS = re.compile(r'(\.attn\.proj_norm\.)|(\.ffn\.pre_norm\.)')
-_OFFICIAL_IRB_CONV1 = re.compile(r'^blocks\.\d+\.\d+\.conv\.conv1\.0\.weight$')
-
-
-def is_official_transcnn(state_dict: Dict[str, torch.Tensor]) -> bool:
-    """Whether a state dict has the official key layout of TransCNN or HAT-Net (one layout, told
-    apart by :func:`hmhsa_release`)."""
-    return any(k.startswith(('patch_embed.0.', 'blocks.0.0.', 'ds2.')) for k in state_dict)
-
-
-def hmhsa_release(state_dict: Dict[str, torch.Tensor]) -> Optional[str]:
-    """'TransCNN' or 'HAT-Net': the release an official or converted state dict comes from; None
-    when its keys tell neither (e.g. no block and no downsample in it).
-
-    The same official key can be a different layer in the two releases (``conv.conv1.1`` is a
-    BatchNorm in TransCNN and a conv in HAT-Net), so this is read from markers, never guessed.
-    """
-    transcnn = hatnet = False
-    for key, value in state_dict.items():
-        if _TRANSCNN_MARKERS.search(key):
-            transcnn = True
-        elif _HATNET_MARKERS.search(key):
-            hatnet = True
-        elif _OFFICIAL_IRB_CONV1.match(key):
-            transcnn, hatnet = transcnn or value.dim() == 4, hatnet or value.dim() == 1
-    if transcnn and hatnet:
-        raise ValueError('the checkpoint mixes TransCNN keys (BatchNorm statistics, residual '
-                         'downsample branches) with HAT-Net keys (attn.proj_norm, IRB pre-norms)')
-    return 'TransCNN' if transcnn else 'HAT-Net' if hatnet else None
-
-
-def check_hmhsa_release(state_dict: Dict[str, torch.Tensor], expected: str) -> None:
-    """One clear error when a state dict comes from the other release than ``expected``."""
-    release = hmhsa_release(state_dict)
-    if release is not None and release != expected:
-        model = {'TransCNN': 'mmhvit.TransCNN', 'HAT-Net': 'mmhvit.HATNet'}[release]
-        raise ValueError(f'this is a {release} checkpoint, not a {expected} one (same key names, '
-                         f'different layers): load it into {model}, or use {expected} weights')
-
-
-def convert_official_hmhsa(state_dict: Dict[str, torch.Tensor], rules, with_head: bool,
-                           release: str, drop: Optional[re.Pattern] = None
-                           ) -> Dict[str, torch.Tensor]:
-    """The official-layout conversion both releases share (``rules``: official -> our names of
-    the stem and blocks; ``dsN`` becomes ``stages.{N-1}.downsample``; ``drop``: keys left out)."""
-    converted = OrderedDict()
-    dropped, unused = [], []
-    for key, value in state_dict.items():
-        if key.startswith(_OFFICIAL_HEAD):
-            if with_head:
-                converted['head.fc.' + key[len(_OFFICIAL_HEAD):]] = value
-            else:
-                dropped.append(key)
-            continue
-        if drop is not None and drop.search(key):
-            unused.append(key)
-            continue
-        new_key = key
-        downsample = re.match(r'^ds(\d+)\.', key)
-        if downsample:
-            # dsN sits between stages N-1 and N (1-based): ours is stages.{N-1}.downsample.
-            new_key = f'stages.{int(downsample.group(1)) - 1}.downsample.' + key[downsample.end():]
-        else:
-            for pattern, repl in rules:
-                new_key, hits = re.subn(pattern, repl, key)
-                if hits:
-                    break
-        if _ATTN_LINEAR.search(new_key) and value.dim() == 4:
-            value = value.flatten(1)
-        converted[new_key] = value
-    if dropped:
-        print_log(f'{release} converter: left out the classifier {dropped} (not part of a '
-                  f'backbone)', logger='current')
-    if unused:
-        print_log(f'{release} converter: left out {len(unused)} tensors that the official forward '
-                  f'never uses, e.g. {unused[:2]}', logger='current')
-    return converted
-
-
-def convert_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor],
-                                with_head: bool = False) -> Dict[str, torch.Tensor]:
-    """Convert an official TransCNN state dict to this backbone's keys.
-
-    Our own keys pass through unchanged. The official classifier (``classifier.1``) becomes
-    ``head.fc`` with ``with_head``, else it is left out (a backbone has no head); keys that no rule
-    knows stay as they are, so that loading reports them as unexpected. A HAT-Net checkpoint
-    (official or converted) is refused with one clear error.
-    """
-    check_hmhsa_release(state_dict, 'TransCNN')
-    if not is_official_transcnn(state_dict):
-        return state_dict
-    return convert_official_hmhsa(state_dict, _OFFICIAL_RULES, with_head, 'TransCNN')
-
-
-def describe_hmhsa_checkpoint(state_dict: Dict[str, torch.Tensor], family) -> str:
-    """The arch a converted TransCNN / HAT-Net state dict was made for: a zoo name of
-    ``family`` or its dims/depths/expansions."""
-    try:
-        dims = [state_dict['patch_embed.conv2.weight'].shape[0]] + [
-            state_dict[f'stages.{i}.downsample.conv.weight'].shape[0] for i in (1, 2, 3)
-        ]
-    except KeyError:
-        return f'unknown (not a {family.__name__} checkpoint)'
-    depths = [0, 0, 0, 0]
-    mlp_ratio = [0, 0, 0, 0]
-    kernels = [0, 0, 0, 0]
-    for key, value in state_dict.items():
-        found = re.match(r'^stages\.(\d)\.blocks\.(\d+)\.ffn\.conv([12])\.weight$', key)
-        if found:
-            stage = int(found.group(1))
-            depths[stage] = max(depths[stage], int(found.group(2)) + 1)
-            if found.group(3) == '1':
-                mlp_ratio[stage] = value.shape[0] // dims[stage]
-            else:
-                kernels[stage] = value.shape[-1]
-    for name, arch in family.arch_zoo.items():
-        arch = family.parse_arch(name)
-        if (arch['embed_dims'], arch['depths'], arch['mlp_ratio'],
-                arch['kernel_sizes']) == (dims, depths, mlp_ratio, kernels):
-            return name
-    return f'embed_dims {dims}, depths {depths}, mlp_ratio {mlp_ratio}, kernel_sizes {kernels}'
-
-
-def describe_transcnn_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
-    """The arch a converted TransCNN state dict was made for: a zoo name or dims/depths."""
-    return describe_hmhsa_checkpoint(state_dict, TransCNN)
