@@ -343,7 +343,7 @@ def test_config_errors():
         HATNet('huge')
     with pytest.raises(ValueError, match='HATNet: embed_dims .* divisible by num_heads'):
         HATNet(dict(our_arch(SMALL), num_heads=[3, 2, 2, 4]))
-    with pytest.raises(ValueError, match='HATNet: attn_mode'):
+    with pytest.raises(ValueError, match="H-MHSA mode must be one of .*'global'"):
         HATNet(our_arch(SMALL), attn_mode='global')
 
 

@@ -428,7 +428,7 @@ def test_config_errors():
         TransCNN(dict(TINY, num_heads=[3, 2, 2, 4]))
     with pytest.raises(ValueError, match='needs 4 values'):
         TransCNN(dict(TINY, grid_sizes=[8, 8, 1]))
-    with pytest.raises(ValueError, match='attn_mode'):
+    with pytest.raises(ValueError, match="H-MHSA mode must be one of .*'global'"):
         TransCNN(TINY, attn_mode='global')
     with pytest.warns(DeprecationWarning, match='expansions'):
         old = TransCNN(dict({k: v for k, v in TINY.items() if k != 'mlp_ratio'},

@@ -4,7 +4,7 @@ import logging
 import numbers
 import warnings
 from abc import ABCMeta, abstractmethod
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -14,7 +14,7 @@ from mmengine.model.weight_init import initialize
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint import read_state_dict, strip_prefix, unwrap_state_dict
-from ..layers import BackboneStage
+from ..layers import BackboneStage, trunc_normal_init
 
 
 class HViTBackbone(BaseModule, metaclass=ABCMeta):
@@ -30,7 +30,9 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
     A family defines the class data ``arch_zoo``, ``essential_keys``, ``optional_keys`` (custom-arch
     keys with their defaults), ``renamed_arch_keys`` (deprecated arch key -> current key),
-    ``default_norm_cfg`` and ``default_act_cfg``, and implements the abstract methods.
+    ``default_norm_cfg`` and ``default_act_cfg``, implements the abstract methods and, where its
+    stages pass on more than a map, the forward hooks (``forward_stem``, ``forward_stage``,
+    ``stage_output``).
 
     Args:
         arch (str | dict): A name of ``arch_zoo`` (case-insensitive) or a custom arch dict.
@@ -107,13 +109,23 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         """Build ``patch_embed``, ``stages`` (the first ``num_built_stages``) and set
         ``stage_channels`` (the channels of each of the ``num_stages`` outputs)."""
 
-    @abstractmethod
-    def _forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """The requested outputs of a checked input, in stage order."""
+    def forward_stem(self, x: torch.Tensor) -> Any:
+        """The state the first stage takes, from a checked image batch (default: the map of
+        ``patch_embed``)."""
+        return self.patch_embed(x)
 
-    @abstractmethod
+    def forward_stage(self, stage: BackboneStage, state: Any) -> Any:
+        """The state after ``stage`` (default: ``stage(state)``)."""
+        return stage(state)
+
+    def stage_output(self, index: int, state: Any) -> torch.Tensor:
+        """Output ``index`` from the state after stage ``index`` (default: the state itself)."""
+        return state
+
     def init_default_weights(self) -> None:
-        """The family's official initialisation (used when no ``init_cfg`` says otherwise)."""
+        """The family's official initialisation (used when no ``init_cfg`` says otherwise);
+        by default truncated normal (std .02) linears and convs, zero biases, unit norms."""
+        trunc_normal_init(self)
 
     @abstractmethod
     def convert_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -267,9 +279,20 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
     # --- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """A tuple of NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x ceil(W / s)."""
+        """A tuple of NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x ceil(W / s).
+
+        The stem, then each built stage in turn, through the family's hooks: ``forward_stem``
+        makes the state the stages pass on (a map, or TNT's words and sentences),
+        ``forward_stage`` runs one stage on it and ``stage_output`` reads a requested output.
+        """
         self.check_input(x)
-        return tuple(self._forward(x))
+        state = self.forward_stem(x)
+        outs = []
+        for index, stage in enumerate(self.stages):
+            state = self.forward_stage(stage, state)
+            if index in self.out_indices:
+                outs.append(self.stage_output(index, state))
+        return tuple(outs)
 
     def check_input(self, x: torch.Tensor) -> None:
         """One clear error for an input this backbone cannot take."""

@@ -4,7 +4,7 @@ Paper: "Vision Transformers with Hierarchical Attention", Liu et al., Machine In
 2024, https://arxiv.org/abs/2106.03180 (v3 onwards; v1 was "Transformer in Convolutional Neural
 Networks"). The layers follow the released ``HAT_Net.py`` (yun-liu/HAT-Net), so that its ImageNet
 weights load through :func:`~mmhvit.models.converters.convert_hatnet_checkpoint`. The stem,
-blocks and H-MHSA are TransCNN's (:class:`~mmhvit.models.backbones.transcnn.HMHSABackbone`);
+blocks and H-MHSA are TransCNN's (:class:`~mmhvit.models.backbones.hmhsa_base.HMHSABackbone`);
 HAT-Net differs in its norms (GroupNorm(1, C, eps=1e-6)), its IRB norm placement, its
 single-branch downsample and its arches.
 """
@@ -14,7 +14,7 @@ import torch.nn as nn
 from ...registry import register_backbone
 from ..converters import convert_hatnet_checkpoint
 from ..layers import build_norm2d
-from .transcnn import HMHSABackbone
+from .hmhsa_base import HMHSABackbone
 
 
 class ConvDownsample(nn.Module):

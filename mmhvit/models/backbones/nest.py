@@ -25,6 +25,7 @@ from ..layers import (
     pad_nhwc,
     padding_to_multiple,
     resize_pos_map,
+    trunc_normal_init,
     window_key_mask,
     window_partition,
     window_reverse,
@@ -343,27 +344,22 @@ class NesT(HViTBackbone):
 
     def init_default_weights(self) -> None:
         """Official init: trunc-normal(0.02) for dense/conv kernels and embeddings, zero bias."""
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                trunc_normal_(module.weight, std=.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        trunc_normal_init(self)
         for stage in self.stages:
             if stage.pos_embed is not None:
                 trunc_normal_(stage.pos_embed, std=.02)
 
-    # --- forward ------------------------------------------------------------------------------
-    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+    # --- forward: a stage returns (the map the next stage takes, its output) -------------------
+    def forward_stem(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         x = self.patch_embed(x)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            x, out = stage(x)
-            if i in self.out_indices:
-                outs.append(out)
-        return outs
+        return x, x
+
+    def forward_stage(self, stage: NesTStage, state: Tuple[torch.Tensor, torch.Tensor]
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+        return stage(state[0])
+
+    def stage_output(self, index: int, state: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return state[1]
 
     # --- checkpoints --------------------------------------------------------------------------
     def pos_embed_keys(self) -> Tuple[str, ...]:

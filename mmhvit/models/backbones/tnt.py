@@ -7,7 +7,7 @@ The layers follow the official code (``huawei-noah/Efficient-AI-Backbones``,
 """
 import math
 import warnings
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -26,6 +26,7 @@ from ..layers import (
     pad_nchw,
     padding_to_multiple,
     resize_pos_map,
+    trunc_normal_init,
 )
 from .base_backbone import HViTBackbone
 
@@ -187,6 +188,18 @@ class TNTEmbed(nn.Module):
         sentences = self.norm2(self.proj(self.norm1(sentences)))
         sentences = torch.cat([self.cls_token.expand(batch, -1, -1), sentences], dim=1)
         return words, self.pos_drop(sentences + self.sentence_pos(real, padded))
+
+
+class TNTState(NamedTuple):
+    """What TNT's stages pass on: words (B * N, 16, c) and sentences (B, 1 + N, d), with the
+    sentence key mask (None when no sentence is wholly padding) and the geometry the outputs are
+    read with: the real and padded sentence grids and the input size."""
+    words: torch.Tensor
+    sentences: torch.Tensor
+    key_mask: Optional[torch.Tensor]
+    real: Tuple[int, int]
+    padded: Tuple[int, int]
+    size: Tuple[int, int]
 
 
 class TNTStage(BackboneStage):
@@ -391,17 +404,10 @@ class TNT(HViTBackbone):
         embed = self.patch_embed
         for param in (embed.cls_token, embed.pos_embed, embed.word_pos_embed):
             trunc_normal_(param, std=.02)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                trunc_normal_(module.weight, std=.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        trunc_normal_init(self, layer_types=(nn.Linear, ))  # the official code leaves convs be
 
     # --- forward ------------------------------------------------------------------------------
-    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+    def forward_stem(self, x: torch.Tensor) -> TNTState:
         height, width = x.shape[-2:]
         x = pad_nchw(x, *padding_to_multiple(height, width, self.size_divisor))
         real = (ceil_div(height, PATCH_SIZE), ceil_div(width, PATCH_SIZE))
@@ -414,12 +420,14 @@ class TNT(HViTBackbone):
             # The class token is always a real key.
             key_mask = torch.cat([valid.new_ones(1), valid.flatten()])[None]
         words, sentences = self.patch_embed(x, real)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            words, sentences = stage(words, sentences, key_mask)
-            if i in self.out_indices:
-                outs.append(self._output(i, sentences, real, padded, (height, width)))
-        return outs
+        return TNTState(words, sentences, key_mask, real, padded, (height, width))
+
+    def forward_stage(self, stage: TNTStage, state: TNTState) -> TNTState:
+        words, sentences = stage(state.words, state.sentences, state.key_mask)
+        return state._replace(words=words, sentences=sentences)
+
+    def stage_output(self, index: int, state: TNTState) -> torch.Tensor:
+        return self._output(index, state.sentences, state.real, state.padded, state.size)
 
     def _output(self, index: int, sentences: torch.Tensor, real: Tuple[int, int],
                 padded: Tuple[int, int], size: Tuple[int, int]) -> torch.Tensor:

@@ -2,8 +2,8 @@
 import torch
 import torch.nn as nn
 
-from .hmhsa import pool_cells
 from .norm import build_norm2d
+from .pooling import pool_cells
 
 RESCALES = (4, 2, 1, 0.5)
 
