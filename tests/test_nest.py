@@ -235,7 +235,7 @@ def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
         'custom(dims=[16, 32, 64], depths=[1, 2, 1])'
 
 
-def test_bad_arch_and_deprecated_spellings(tmp_path):
+def test_bad_arch_and_checkpoint_of_another_arch(tmp_path):
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'small'.*'tiny'"):
         NesT('huge')
     with pytest.raises(ValueError, match=r"missing \['num_heads'\]"):
@@ -246,14 +246,6 @@ def test_bad_arch_and_deprecated_spellings(tmp_path):
         tiny_nest(pool_padding='reflect')
     with pytest.raises(ValueError, match='multiples of 64'):
         tiny_nest(pretrain_img_size=96)
-    # this release's deprecated spellings build the same model
-    three_levels = {k: v[:3] for k, v in ARCH4.items() if k != 'block_size'}
-    with pytest.warns(DeprecationWarning, match='3-level'):
-        old = tiny_nest(arch=dict(three_levels, block_size=4), extra_depth=2, extra_num_heads=4)
-    assert old.arch_settings == tiny_nest(arch=dict(ARCH4, depths=[1, 2, 1, 2],
-                                                    num_heads=[2, 2, 4, 4])).arch_settings
-    with pytest.warns(DeprecationWarning, match='drop_path_rate=None'):
-        assert NesT('small', drop_path_rate=None, out_indices=(0, )).drop_path_rate == 0.3
 
     # a checkpoint of another arch: one error naming both
     ckpt = tmp_path / 'other.pth'

@@ -251,7 +251,7 @@ def test_stage_modules_hold_their_output_and_the_final_norm():
 
 
 @torch.no_grad()
-def test_repeated_out_blocks_make_a_vitdet_pyramid_from_one_map():
+def test_empty_stages_make_a_vitdet_pyramid_from_one_map():
     torch.manual_seed(0)
     model = tiny(arch=dict(TINY, depths=[4, 0, 0, 0])).eval()
     raw = tiny(arch=dict(TINY, depths=[4, 0, 0, 0]), out_type='raw', out_indices=(3, )).eval()
@@ -263,7 +263,7 @@ def test_repeated_out_blocks_make_a_vitdet_pyramid_from_one_map():
     torch.testing.assert_close(outs[3], F.max_pool2d(raw(x)[0], 2, 2, ceil_mode=True))
 
 
-# --- bad configuration and deprecated spellings --------------------------------------------------
+# --- bad configuration ---------------------------------------------------------------------------
 def test_bad_configuration():
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'small'.*'tiny'"):
         TNT('huge')
@@ -278,18 +278,3 @@ def test_bad_configuration():
     with pytest.raises(ValueError, match='size_divisor must be a positive multiple of 16'):
         tiny(size_divisor=24)
     assert TNT('S').arch_name == 'small' and TNT('small').arch_settings['depths'] == [3] * 4
-
-
-def test_deprecated_arch_keys_and_out_blocks():
-    old_arch = dict(embed_dims_inner=8, embed_dims_outer=32, num_layers=4, num_heads_inner=2,
-                    num_heads_outer=2)
-    with pytest.warns(DeprecationWarning):
-        old = tiny(arch=old_arch, out_blocks=(1, 2, 3, 4))
-    assert old.arch_settings == tiny().arch_settings
-    with pytest.warns(DeprecationWarning, match='out_blocks'):
-        assert tiny(arch=old_arch, out_blocks=(4, 4, 4, 4)).arch_settings['depths'] == \
-            [4, 0, 0, 0]
-    with pytest.warns(DeprecationWarning):
-        assert TNT(dict(old_arch, num_layers=12)).arch_settings['depths'] == [3, 3, 3, 3]
-    with pytest.raises(ValueError, match='out_blocks must be 4 non-decreasing block numbers'):
-        tiny(arch=old_arch, out_blocks=(1, 2, 3, 5))

@@ -430,10 +430,6 @@ def test_config_errors():
         TransCNN(dict(TINY, grid_sizes=[8, 8, 1]))
     with pytest.raises(ValueError, match="H-MHSA mode must be one of .*'global'"):
         TransCNN(TINY, attn_mode='global')
-    with pytest.warns(DeprecationWarning, match='expansions'):
-        old = TransCNN(dict({k: v for k, v in TINY.items() if k != 'mlp_ratio'},
-                            expansions=TINY['mlp_ratio']))
-    assert old.arch_settings == TransCNN(TINY).arch_settings
 
 
 # --- MMPretrain classifier from the converted official checkpoint ---------------------------------

@@ -336,22 +336,6 @@ def section_params(args) -> List[str]:
     ]
 
 
-def transcnn_before(model: nn.Module) -> nn.Module:
-    """Our TransCNN as it ran before the speed work of issue 18: NCHW maps and out-of-place
-    activations (the same weights and numbers)."""
-    for module in model.modules():
-        if hasattr(module, 'channels_last'):
-            module.channels_last = False
-        if isinstance(module, nn.SiLU):
-            module.inplace = False
-    return model
-
-
-# What a "before" row undoes, per family: the layout changes that made ours faster, kept
-# switchable so that one run measures before and after on the same machine state.
-BEFORE = {'TransCNN': ('NCHW maps, out-of-place SiLU', transcnn_before)}
-
-
 def ratio_runs(ours: Callable, reference: Callable, args, device: str):
     """``args.ratio_runs`` runs of A/B-alternating timing: (median ms of ours, of the reference,
     [ours / reference of each run]); the spread of the ratios shows the noise."""
@@ -385,16 +369,6 @@ def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None
                                                    device)
             rows.append(f'| {label} vs {ref_name}, {size} | {batch} | {t_ours:.1f} | '
                         f'{t_ref:.1f} | {spread(ratios)} | {diff:.1e} |')
-            if family in BEFORE:
-                what, undo = BEFORE[family]
-                before = undo(copy.deepcopy(ours))
-                log(f'speed: {label} before ({what}) vs {ref_name}, batch {batch}')
-                with torch.no_grad(), autocast:
-                    t_before, t_ref, ratios = ratio_runs(lambda: before(x), lambda: reference(x),
-                                                         args, device)
-                rows.append(f'| {label} before ({what}) vs {ref_name}, {size} | {batch} | '
-                            f'{t_before:.1f} | {t_ref:.1f} | {spread(ratios)} | — |')
-                before = None
         reference = ours = None  # free them before the next family
     if 'TransCNN' in args.families:
         arch = SCALING_ARCHS['TransCNN']

@@ -29,10 +29,9 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
     the logged resizing of position embeddings on load.
 
     A family defines the class data ``arch_zoo``, ``essential_keys``, ``optional_keys`` (custom-arch
-    keys with their defaults), ``renamed_arch_keys`` (deprecated arch key -> current key),
-    ``default_norm_cfg`` and ``default_act_cfg``, implements the abstract methods and, where its
-    stages pass on more than a map, the forward hooks (``forward_stem``, ``forward_stage``,
-    ``stage_output``).
+    keys with their defaults), ``default_norm_cfg`` and ``default_act_cfg``, implements the
+    abstract methods and, where its stages pass on more than a map, the forward hooks
+    (``forward_stem``, ``forward_stage``, ``stage_output``).
 
     Args:
         arch (str | dict): A name of ``arch_zoo`` (case-insensitive) or a custom arch dict.
@@ -61,7 +60,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
     arch_zoo: Dict[str, dict] = {}
     essential_keys: Tuple[str, ...] = ()
     optional_keys: Dict[str, object] = {}
-    renamed_arch_keys: Dict[str, str] = {}
     default_norm_cfg: dict = dict(type='LN')
     default_act_cfg: dict = dict(type='GELU')
 
@@ -129,7 +127,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
     @abstractmethod
     def convert_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """Official / timm / mmpretrain / our older layouts -> this backbone's keys (no head)."""
+        """Official / timm / mmpretrain layouts -> this backbone's keys (no head); ours pass."""
 
     @abstractmethod
     def describe_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> str:
@@ -201,8 +199,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         """A fresh settings dict for a zoo name (case-insensitive) or a custom arch dict.
 
         A custom dict must hold every ``essential_keys`` entry and nothing outside those and
-        ``optional_keys``, whose defaults fill what it leaves out. Keys renamed in this release
-        (``renamed_arch_keys``) are still read, with a deprecation warning.
+        ``optional_keys``, whose defaults fill what it leaves out.
         """
         name = cls.__name__
         allowed = f'{list(cls.essential_keys)} (optional: {list(cls.optional_keys)})'
@@ -212,7 +209,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                                  f'{sorted(cls.arch_zoo)}, or a dict with the keys {allowed}')
             arch = cls.arch_zoo[arch.lower()]
         elif isinstance(arch, dict):
-            arch = cls._rename_arch_keys(arch)
             missing = [k for k in cls.essential_keys if k not in arch]
             unknown = sorted(set(arch) - set(cls.essential_keys) - set(cls.optional_keys))
             if missing or unknown:
@@ -223,15 +219,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         settings = copy.deepcopy(dict(cls.optional_keys))
         settings.update(copy.deepcopy(arch))
         return settings
-
-    @classmethod
-    def _rename_arch_keys(cls, arch: dict) -> dict:
-        renamed = {old: new for old, new in cls.renamed_arch_keys.items() if old in arch}
-        if not renamed:
-            return arch
-        warnings.warn(f'{cls.__name__}: arch keys {list(renamed)} are deprecated; use '
-                      f'{list(renamed.values())}', DeprecationWarning)
-        return {renamed.get(k, k): v for k, v in arch.items()}
 
     def _select_arch(self, arch) -> Tuple[str, dict]:
         settings = self.check_arch(self.parse_arch(arch))
@@ -295,7 +282,12 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         return tuple(outs)
 
     def check_input(self, x: torch.Tensor) -> None:
-        """One clear error for an input this backbone cannot take."""
+        """One clear error for an input this backbone cannot take.
+
+        Only what the tensor's metadata tells (rank, channels, size, dtype): reading its values
+        (NaN / Inf) would synchronise the host with a GPU on every forward. Images are checked for
+        non-finite values where they enter instead (:func:`mmhvit.apis.check_image_file`).
+        """
         name = type(self).__name__
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -309,10 +301,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         if not x.is_floating_point():
             raise TypeError(f'{name} expects a floating-point image tensor (normalised, e.g. by '
                             f'the data preprocessor), got dtype {x.dtype}')
-        tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
-        if not tracing and not torch.isfinite(x).all():
-            raise ValueError(f'{name} got an input with NaN or Inf values (shape '
-                             f'{tuple(x.shape)}); inputs must be finite')
 
     # --- freezing, norm_eval ------------------------------------------------------------------
     def stage_modules(self, index: int) -> List[nn.Module]:

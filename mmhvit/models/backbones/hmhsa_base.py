@@ -121,19 +121,16 @@ class HMHSABackbone(HViTBackbone):
     ``default_norm_cfg``, ``irb_norm_layout`` and implements ``build_downsample`` and
     ``convert_checkpoint``. See :class:`~mmhvit.models.backbones.TransCNN` for the arguments.
 
-    The maps run in channels-last memory (``channels_last``, an attribute so that a benchmark can
-    time the NCHW layout too): H-MHSA's channels-last tokens are then views of the maps, with no
-    permute copies, and oneDNN / cuDNN run the convolutions NHWC natively. The outputs are NCHW
-    tensors with channels-last strides.
+    The maps run in channels-last memory: H-MHSA's channels-last tokens are then views of the
+    maps, with no permute copies, and oneDNN / cuDNN run the convolutions NHWC natively. The
+    outputs are NCHW tensors with channels-last strides.
     """
 
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio', 'grid_sizes',
                       'ds_ratios')
-    renamed_arch_keys = {'expansions': 'mlp_ratio'}
     default_act_cfg = dict(type='SiLU')
     irb_norm_layout = 'post'
     stem_channels = 16
-    channels_last = True
 
     def __init__(self, arch: Union[str, dict] = 'small', attn_mode: str = 'official', **kwargs):
         self.attn_mode = attn_mode  # checked by HMHSA
@@ -184,7 +181,7 @@ class HMHSABackbone(HViTBackbone):
             self.stages.append(TransCNNStage(blocks, downsample))
 
     def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last and not is_exporting():
+        if not is_exporting():  # an exported graph takes the memory layout it is given
             x = x.contiguous(memory_format=torch.channels_last)
         return self.patch_embed(x)
 

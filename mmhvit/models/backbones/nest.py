@@ -5,7 +5,6 @@ Understanding <https://arxiv.org/abs/2105.12723>`_ (Zhang et al., AAAI 2022). Of
 ``google-research/nested-transformer`` (JAX); timm's ``nest_*_jx`` models carry its weights.
 """
 import math
-import warnings
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -200,8 +199,6 @@ class NesT(HViTBackbone):
             stride-16 output. Needed for the ImageNet classifier. Default True.
         pool_padding (str): ``'same'`` (TF SAME max-pool, official / ``nest_*_jx`` weights) or
             ``'symmetric'`` (timm's non-jx ``nest_*``).
-        extra_depth (int, optional): Deprecated: ``arch['depths'][3]``.
-        extra_num_heads (int, optional): Deprecated: ``arch['num_heads'][3]``.
         **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
             ``out_indices``, ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg`` (default LN, eps 1e-6), ``act_cfg`` (default GELU), ``frozen_stages``,
@@ -222,16 +219,12 @@ class NesT(HViTBackbone):
     default_norm_cfg = dict(type='LN', eps=1e-6)
     default_act_cfg = dict(type='GELU')
     pretrained_stages = OFFICIAL_LEVELS  # the ImageNet model's; the last stage is a new stride 32
-    # The official ImageNet training's drop-path rates (what drop_path_rate=None used to mean).
-    imagenet_drop_path_rates = dict(tiny=0.2, small=0.3, base=0.5)
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
                  pretrain_img_size: Union[int, Sequence[int]] = 224,
                  final_norm: bool = True,
                  pool_padding: str = 'same',
-                 extra_depth: Optional[int] = None,
-                 extra_num_heads: Optional[int] = None,
                  **kwargs):
         if pool_padding not in POOL_PADDINGS:
             raise ValueError(f'NesT: pool_padding must be one of {POOL_PADDINGS}, got '
@@ -240,47 +233,10 @@ class NesT(HViTBackbone):
             raise TypeError(f'NesT: final_norm must be a bool, got {final_norm!r}')
         self.pool_padding = pool_padding
         self.final_norm = final_norm
-        arch = self._upgrade_arch(arch, extra_depth, extra_num_heads, kwargs)
         self.pretrain_img_size = self._check_img_size(pretrain_img_size)
         super().__init__(arch, **kwargs)
 
     # --- construction -------------------------------------------------------------------------
-    @classmethod
-    def _upgrade_arch(cls, arch, extra_depth, extra_num_heads, kwargs):
-        """Read this release's deprecated spellings: 3-level arch dicts with ``extra_depth`` /
-        ``extra_num_heads``, an arch ``drop_path_rate`` and ``drop_path_rate=None``."""
-        arch_rate = None
-        if isinstance(arch, dict):
-            arch = dict(arch)
-            arch_rate = arch.pop('drop_path_rate', None)
-            lists = [arch.get(k) for k in cls.essential_keys]
-            if all(isinstance(v, (list, tuple)) and len(v) == 3 for v in lists):
-                warnings.warn('NesT: 3-level arch dicts are deprecated; give 4 stages (the '
-                              'fourth is the stride-32 aggregation)', DeprecationWarning)
-                arch['embed_dims'] = list(arch['embed_dims']) + [arch['embed_dims'][-1] * 2]
-                arch['depths'] = list(arch['depths']) + [extra_depth or 0]
-                arch['num_heads'] = list(arch['num_heads']) + [
-                    extra_num_heads or arch['num_heads'][-1] * 2]
-                extra_depth = extra_num_heads = None
-        if extra_depth is not None or extra_num_heads is not None:
-            warnings.warn('NesT: extra_depth / extra_num_heads are deprecated; they are the '
-                          'fourth entries of arch depths / num_heads', DeprecationWarning)
-            arch = cls.parse_arch(arch)
-            if extra_depth is not None:
-                arch['depths'][3] = extra_depth
-            if extra_num_heads is not None:
-                arch['num_heads'][3] = extra_num_heads
-        if 'drop_path_rate' in kwargs and kwargs['drop_path_rate'] is None:
-            warnings.warn('NesT: drop_path_rate=None is deprecated; give the rate (0.2 / 0.3 / '
-                          '0.5 for tiny / small / base on ImageNet)', DeprecationWarning)
-            zoo_rate = cls.imagenet_drop_path_rates.get(
-                {'t': 'tiny', 's': 'small', 'b': 'base'}.get(str(arch).lower(), str(arch).lower()))
-            kwargs['drop_path_rate'] = arch_rate or zoo_rate or 0.1
-        elif arch_rate is not None:
-            warnings.warn('NesT: an arch drop_path_rate is deprecated and ignored; pass '
-                          'drop_path_rate to the backbone', DeprecationWarning)
-        return arch
-
     def _check_img_size(self, size) -> Tuple[int, int]:
         if isinstance(size, int):
             size = (size, size)

@@ -6,8 +6,7 @@ The layers follow the official code (``huawei-noah/Efficient-AI-Backbones``,
 :func:`~mmhvit.models.converters.convert_tnt_checkpoint`.
 """
 import math
-import warnings
-from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -279,8 +278,6 @@ class TNT(HViTBackbone):
             weights differ). Default: False.
         pyramid_norm_cfg (dict): Norm of each pyramid output and inside its stride-4 branch.
             Default: LN over channels, eps 1e-6.
-        out_blocks (Sequence[int], optional): Deprecated: the 1-based blocks that end each stage;
-            use ``arch['depths']``.
         **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
             ``out_indices``, ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg`` (default LN), ``act_cfg`` (default GELU), ``frozen_stages`` (0 the
@@ -298,8 +295,6 @@ class TNT(HViTBackbone):
     }
     essential_keys = ('embed_dims', 'inner_dims', 'depths', 'num_heads', 'inner_num_heads')
     optional_keys = dict(mlp_ratio=4., se=False, qkv_bias=False)
-    renamed_arch_keys = dict(embed_dims_outer='embed_dims', embed_dims_inner='inner_dims',
-                             num_heads_outer='num_heads', num_heads_inner='inner_num_heads')
     default_norm_cfg = dict(type='LN')
     default_act_cfg = dict(type='GELU')
 
@@ -311,7 +306,6 @@ class TNT(HViTBackbone):
                  size_divisor: int = PATCH_SIZE,
                  legacy: bool = False,
                  pyramid_norm_cfg: dict = dict(type='LN2d', eps=1e-6),
-                 out_blocks: Optional[Sequence[int]] = None,
                  **kwargs):
         if out_type not in OUT_TYPES:
             raise ValueError(f'TNT: out_type must be one of {OUT_TYPES}, got {out_type!r}')
@@ -330,34 +324,11 @@ class TNT(HViTBackbone):
                              f'{pretrain_img_size}')
         self.out_type, self.final_norm, self.size_divisor = out_type, final_norm, size_divisor
         self.legacy, self.pyramid_norm_cfg = legacy, pyramid_norm_cfg
-        super().__init__(self._upgrade_arch(arch, out_blocks), **kwargs)
+        super().__init__(arch, **kwargs)
         if legacy:
             self.arch_name += ' (legacy)'
 
     # --- construction -------------------------------------------------------------------------
-    @classmethod
-    def _upgrade_arch(cls, arch, out_blocks):
-        """Read this release's deprecated spellings: ``num_layers`` in the arch and
-        ``out_blocks`` (the blocks that end the stages) become ``depths``."""
-        if out_blocks is None and not (isinstance(arch, dict) and 'num_layers' in arch):
-            return arch
-        arch = dict(cls.arch_zoo[arch.lower()] if isinstance(arch, str) and
-                    arch.lower() in cls.arch_zoo else arch)
-        total = arch.pop('num_layers', None)
-        total = sum(arch['depths']) if total is None and 'depths' in arch else total
-        if out_blocks is None:
-            out_blocks = [total * (i + 1) // cls.num_stages for i in range(cls.num_stages)]
-        else:
-            warnings.warn('TNT: out_blocks is deprecated; give the blocks per stage as arch '
-                          'depths', DeprecationWarning)
-        ends = [int(b) for b in out_blocks]
-        if len(ends) != cls.num_stages or any(not 1 <= b <= (total or b) for b in ends) \
-                or ends != sorted(ends):
-            raise ValueError(f'TNT: out_blocks must be {cls.num_stages} non-decreasing block '
-                             f'numbers in 1..{total} (1-based), got {tuple(out_blocks)}')
-        arch['depths'] = [end - start for start, end in zip([0] + ends[:-1], ends)]
-        return arch
-
     def canonical_arch_name(self, name: str) -> str:
         return {'ti': 'tiny', 's': 'small', 'b': 'base'}.get(name, name)
 

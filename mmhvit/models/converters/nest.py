@@ -14,7 +14,7 @@ OFFICIAL_HEAD_DIM = 32  # every official / timm NesT variant: 96 / 3, 128 / 4, .
 # The final norm before timm's head is the out_norm of the last ImageNet level.
 FINAL_NORM = f'stages.{OFFICIAL_LEVELS - 1}.out_norm.'
 RULES = [
-    (r'^levels\.(\d+)\.(?:transformer_encoder|layers)\.', r'stages.\1.blocks.'),
+    (r'^levels\.(\d+)\.transformer_encoder\.', r'stages.\1.blocks.'),
     (r'^levels\.(\d+)\.pool\.', r'stages.\1.downsample.'),
     (r'^levels\.(\d+)\.pos_embed$', r'stages.\1.pos_embed'),
     (r'^norm\.', FINAL_NORM),

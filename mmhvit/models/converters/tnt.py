@@ -182,9 +182,8 @@ def convert_tnt_checkpoint(state_dict: Dict[str, torch.Tensor],
     ``stages.{s}.blocks.{j}``; default: the checkpoint's blocks split evenly over the four stages
     (3, 3, 3, 3 for the official models). With ``with_head`` the classifier becomes
     ``head.weight``/``head.bias`` (an MMPretrain classifier's ``head.fc.*`` too), else it is left
-    out; the official file's unused ``outer_tokens`` is dropped; our older ``pyramid.ops.{i}``
-    become ``stages.{i}.out_proj``. Our own keys pass through. Legacy-layout weights keep their
-    legacy shapes: load them into ``TNT(legacy=True)``.
+    out; the official file's unused ``outer_tokens`` is dropped. Our own keys pass through.
+    Legacy-layout weights keep their legacy shapes: load them into ``TNT(legacy=True)``.
     """
     if any(k.startswith('backbone.') for k in state_dict):
         state_dict = OrderedDict((k[len('backbone.'):] if k.startswith('backbone.') else k, v)
@@ -202,9 +201,6 @@ def convert_tnt_checkpoint(state_dict: Dict[str, torch.Tensor],
     if depths is None:
         total = len({k.split('.')[1] for k in state_dict if k.startswith('blocks.')})
         depths = [total * (i + 1) // 4 - total * i // 4 for i in range(4)]
-    state_dict = OrderedDict(
-        (re.sub(r'^pyramid\.ops\.(\d+)\.', r'stages.\1.out_proj.', k), v)
-        for k, v in state_dict.items())
     return official_to_ours(state_dict, depths)
 
 
