@@ -4,10 +4,12 @@ The figures of docs/reliability.md come from these tests (run with ``-s`` to see
 """
 import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import TINY_BACKBONES, run_tool
+from conftest import REPO, TINY_BACKBONES, run_tool
 from test_train_tools import QUICKSTART, short_run_options
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
@@ -87,8 +89,86 @@ def test_test_tool_refuses_a_code_running_checkpoint(hostile_files, tiny_shapes,
     out = run_tool('tools/test.py', QUICKSTART['retinanet'], path, '--work-dir',
                    str(tmp_path / 'work'), '--cfg-options', *short_run_options(tiny_shapes),
                    check=False)
-    assert 'Weights only load failed' in out
+    # the runner's log lines, then one line for the refused file (no traceback)
+    assert out.strip().splitlines()[-1].startswith(f'error: refused to load checkpoint {path}')
+    assert 'Weights only load failed' in out and 'Traceback' not in out
     assert not marker.exists(), 'tools/test.py ran code from a checkpoint'
+
+
+# --- a user's mistake is one line -----------------------------------------------------------
+def run_script(*args):
+    """(exit status, output lines) of a script run as a user runs it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get('PYTHONPATH', '')]))
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=env)
+    return proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()
+
+
+def test_checkpoint_scripts_answer_a_bad_file_with_one_line(hostile_files, tmp_path):
+    paths, marker = hostile_files
+    hostile = paths['code-running pickle'][0]
+    dst = tmp_path / 'out.pth'
+    status, lines = run_script('tools/model_converters/transcnn2mmhvit.py', hostile, str(dst))
+    assert status != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f'error: refused to load checkpoint {hostile}')
+    nest = tmp_path / 'nest.pth'
+    torch.save(build('NesT').state_dict(), nest)
+    status, lines = run_script('tools/model_converters/tnt2mmhvit.py', str(nest), str(dst))
+    assert status != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f'error: {nest}: not a TNT checkpoint of a known layout')
+    status, lines = run_script('tools/model_converters/publish_model.py', hostile, str(dst))
+    assert status != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f'error: refused to load checkpoint {hostile}')
+    assert not marker.exists() and not dst.exists()
+    # --debug: the traceback, for a bug report
+    status, lines = run_script('tools/model_converters/tnt2mmhvit.py', str(nest), str(dst),
+                               '--debug')
+    assert status != 0 and lines[0].startswith('Traceback') and lines[-1].startswith('ValueError')
+
+
+@pytest.mark.parametrize('family, source, message', [
+    ('transcnn', 'code-running pickle', 'refused to load checkpoint {path}: it pickles Python'),
+    ('hatnet', 'no tensors', 'checkpoint {path} holds no tensors'),
+    ('nest', 'TransCNN', '{path} is not a NesT checkpoint'),
+    ('hatnet', 'TransCNN', '{path}: this is a TransCNN checkpoint, not a HAT-Net one'),
+    ('transcnn', 'NesT', '{path} does not have the official TransCNN layout'),
+    ('tnt', 'missing', 'checkpoint {path} does not exist'),
+])
+def test_convert_command_answers_a_users_mistake_with_one_line(family, source, message,
+                                                               hostile_files, tmp_path, capsys):
+    from test_transcnn import official_shapes, random_state_dict
+
+    from mmhvit.cli import main
+    paths, marker = hostile_files
+    path = paths[source][0] if source in paths else str(tmp_path / f'{source}.pth')
+    if source == 'TransCNN':
+        official = official_shapes(TransCNN.arch_zoo['tiny'])
+        torch.save(random_state_dict(official, dtype=torch.float32), path)
+    elif source == 'NesT':
+        torch.save(build('NesT').state_dict(), path)
+    dst = tmp_path / 'out.pth'
+    with pytest.raises(SystemExit) as exit_info:
+        main(['convert', family, path, str(dst)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 1 and not out
+    assert len(err.splitlines()) == 1 and err.startswith('error: ' + message.format(path=path))
+    assert not marker.exists() and not dst.exists()
+
+
+def test_demo_answers_a_non_finite_image_with_one_line(tmp_path, capsys):
+    cv2 = pytest.importorskip('cv2')
+    import numpy as np
+
+    from mmhvit.cli import main
+    pixels = np.full((8, 8, 3), np.nan, dtype=np.float32)
+    image = str(tmp_path / 'nan.tiff')
+    assert cv2.imwrite(image, pixels)
+    with pytest.raises(SystemExit) as exit_info:
+        main(['demo', image, 'configs/quickstart/classifier_transcnn-q_20e_shapes.py'])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1
+    assert err.splitlines() == [f'error: image {image} has 192 NaN or Inf values (of 192); the '
+                                'model needs finite pixels']
 
 
 def test_checkpoint_of_another_family_or_arch(tmp_path):

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 from mmengine.config import Config
 
-from ..models.checkpoint import training_checkpoint_globals
+from ..models.checkpoint import load_checkpoint_file, training_checkpoint_globals
 
 
 def _init_cpu_process_group() -> None:
@@ -30,8 +30,8 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
         cfg.work_dir = osp.join('./work_dirs', name)
     if launcher != 'none' and not torch.cuda.is_available():
         if launcher != 'pytorch':
-            raise RuntimeError(f'launcher "{launcher}" needs GPUs; on a CPU-only machine use '
-                               'tools/dist_train.sh (torchrun, launcher pytorch)')
+            raise ValueError(f'launcher "{launcher}" needs GPUs; on a CPU-only machine use '
+                             'tools/dist_train.sh (torchrun, launcher pytorch)')
         _init_cpu_process_group()
         cfg.env_cfg = dict(cfg.get('env_cfg', {}), dist_cfg=dict(backend='gloo'))
         # CPU modules reject DDP's device_ids=[LOCAL_RANK].
@@ -64,11 +64,20 @@ def allow_training_checkpoints(runner) -> None:
     default ``weights_only=True`` refuses. During the runner's ``load_or_resume`` step exactly
     those types are allowlisted (:func:`mmhvit.models.checkpoint.training_checkpoint_globals`);
     nothing is ever fully unpickled, so a released file given to tools/test.py cannot run code.
+    When loading fails, the file is read again by
+    :func:`~mmhvit.models.checkpoint.load_checkpoint_file`, whose error says what is wrong with it
+    (missing, empty, truncated, not a checkpoint, pickling code) in one line.
     """
     original = runner.load_or_resume
 
     def load_or_resume():
         with training_checkpoint_globals():
-            return original()
+            try:
+                return original()
+            except Exception:
+                checkpoint = runner._load_from  # None when resuming from the latest in work_dir
+                if checkpoint and '://' not in str(checkpoint):
+                    load_checkpoint_file(checkpoint)  # raises the file's own error, if any
+                raise
 
     runner.load_or_resume = load_or_resume

@@ -18,6 +18,8 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.runner import Runner, load_checkpoint
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors
+
 
 def group_of(name: str) -> str:
     """'backbone.stages.2.blocks.0.attn.qkv.weight' -> 'backbone.stages.2'; ResNet's
@@ -60,7 +62,8 @@ def grad_norms(config: str, checkpoint=None, batches: int = 4, options=None) -> 
     return dict(sums)
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('config')
     parser.add_argument('--checkpoint', help='trained weights (default: as training starts)')
@@ -68,7 +71,8 @@ def main():
     parser.add_argument('--out', help='also write the figures to this JSON file')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction, default={},
                         help='override config settings, as tools/train.py does')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     torch.manual_seed(0)
     norms = grad_norms(args.config, args.checkpoint, args.batches, args.cfg_options)
     for group, norm in norms.items():

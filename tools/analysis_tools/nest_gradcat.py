@@ -18,6 +18,7 @@ from mmengine.runner import load_checkpoint
 from PIL import Image
 
 from mmhvit.analysis.gradcat import draw_gradcat, nest_gradcat
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors
 
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
@@ -36,6 +37,7 @@ def build_classifier(config: str, checkpoint: str):
     return model, preprocess
 
 
+@reports_user_errors
 def main(argv=None):
     parser = argparse.ArgumentParser(description='GradCAT path of a NesT classifier')
     parser.add_argument('config')
@@ -46,11 +48,12 @@ def main(argv=None):
                         help='class to explain (default: the predicted one)')
     parser.add_argument('--img-size', type=int, nargs='+', default=[224],
                         help='resize the image to H [W] before inference (default 224)')
+    add_debug_argument(parser)
     args = parser.parse_args(argv)
 
     model, preprocess = build_classifier(args.config, args.checkpoint)
     if type(model.backbone).__name__ != 'NesT':
-        raise SystemExit(f'{args.config}: GradCAT needs an mmhvit.NesT backbone, got '
+        raise ValueError(f'{args.config}: GradCAT needs an mmhvit.NesT backbone, got '
                          f'{type(model.backbone).__name__}')
     height, width = (args.img_size * 2)[:2]
     image = Image.open(args.image).convert('RGB').resize((width, height), Image.BICUBIC)

@@ -22,6 +22,8 @@ import statistics
 import subprocess
 import sys
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 QUICKSTART = osp.join(ROOT, 'configs', 'quickstart')
 TASKS = {  # algorithm prefix -> (task, [(metric key, label, scale to a fraction)])
@@ -231,7 +233,7 @@ def summary_table(rows):
 def report(out: str, curves_dir: str) -> None:
     rows = collect()
     if not rows:
-        raise SystemExit('no finished quickstart run under work_dirs/: run `run` first')
+        raise FileNotFoundError('no finished quickstart run under work_dirs/: run `run` first')
     curves = plot_losses(rows, curves_dir)
     table = ['| task | config | metrics | untrained | epochs | s/iter | wall (min) |',
              '|---|---|---|---|---|---|---|']
@@ -258,15 +260,17 @@ def _replace_generated(path: str, block: str) -> None:
     """Write ``block`` between the page's generated markers (the prose around them stays)."""
     text = open(path).read() if osp.exists(path) else f'{GENERATED_MARK}\n{GENERATED_END}\n'
     if GENERATED_MARK not in text or GENERATED_END not in text:
-        raise SystemExit(f'{path} has no generated-block markers ({GENERATED_MARK})')
+        raise ValueError(f'{path} has no generated-block markers ({GENERATED_MARK})')
     head, rest = text.split(GENERATED_MARK, 1)
     tail = rest.split(GENERATED_END, 1)[1]
     with open(path, 'w') as f:
         f.write(head + block.rstrip('\n') + tail)
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    add_debug_argument(parser)
     sub = parser.add_subparsers(dest='command', required=True)
     sub.add_parser('summary').add_argument('work_dir')
     p = sub.add_parser('untrained')
@@ -278,7 +282,7 @@ def main():
     p = sub.add_parser('report')
     p.add_argument('--out', default=osp.join(ROOT, 'docs', 'quickstart_results.md'))
     p.add_argument('--curves-dir', default=osp.join(ROOT, 'docs', 'quickstart'))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.command == 'summary':
         summary(args.work_dir)
     elif args.command == 'untrained':

@@ -30,6 +30,7 @@ sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
 
 from benchmark import alternating_times  # noqa: E402
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
 from mmhvit.utils.export import export_onnx, flatten_outputs, ort_session  # noqa: E402
 
 CONFIGS = ('configs/transcnn_b_in1k.py', 'configs/nest_t_in1k.py', 'configs/tnt_s_in1k.py')
@@ -105,7 +106,8 @@ def compile_rows(model, name: str, args) -> List[str]:
     return rows
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description='ONNX Runtime / torch.compile vs eager')
     parser.add_argument('--configs', nargs='+', default=list(CONFIGS))
     parser.add_argument('--sizes', nargs='*', default=['224x224', '800x1344'],
@@ -114,7 +116,8 @@ def main():
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--out')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     rows = []

@@ -14,6 +14,7 @@ import os.path as osp
 import torch
 
 from mmhvit.models.checkpoint import load_checkpoint_file
+from mmhvit.utils import add_debug_argument, reports_user_errors
 
 
 def plain(value):
@@ -43,14 +44,16 @@ def publish(in_file: str, out_file: str, with_hash: bool = True) -> str:
     return final
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description='Publish a checkpoint for release')
     parser.add_argument('in_file', help='input checkpoint')
     parser.add_argument('out_file', help='output checkpoint (the sha256 prefix is appended)')
     parser.add_argument('--no-hash', action='store_true', help='write OUT_FILE as named')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     if not osp.isfile(args.in_file):
-        parser.error(f'{args.in_file} does not exist')
+        raise FileNotFoundError(f'{args.in_file} does not exist')
     print(publish(args.in_file, args.out_file, not args.no_hash))
 
 
