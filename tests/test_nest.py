@@ -1,7 +1,6 @@
 """NesT: equivalence with timm (official weights), padding, position embeddings, tools, GradCAT
 (the contract shared by all backbones is in test_backbone_contract.py)."""
 import functools
-import importlib.util
 import os
 import os.path as osp
 
@@ -10,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 
-from mmhvit.analysis.gradcat import block_scores, draw_gradcat, nest_gradcat
+from mmhvit.analysis.gradcat import block_scores, classifier_gradcat, draw_gradcat, nest_gradcat
 from mmhvit.models.backbones.nest import NesT, blocks_to_map, map_to_blocks
 from mmhvit.models.converters import convert_nest_checkpoint, describe_nest_checkpoint
 
@@ -331,12 +330,10 @@ def test_gradcat_tool(tmp_path):
     image = tmp_path / 'image.png'
     Image.fromarray(ramp).save(image)
 
-    spec = importlib.util.spec_from_file_location(
-        'nest_gradcat_tool', osp.join(REPO, 'tools/analysis_tools/nest_gradcat.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    # what tools/analysis_tools/nest_gradcat.py runs
     out = tmp_path / 'path.png'
-    result = tool.main([str(config), str(ckpt), str(image), '--out', str(out),
-                        '--target-class', '2', '--img-size', '72', '100'])
+    result, resized = classifier_gradcat(str(config), str(ckpt), str(image), (72, 100),
+                                         target_class=2)
+    draw_gradcat(resized, result['path'], str(out))
     assert result['target_class'] == 2 and len(result['path']) == 3
     assert Image.open(out).size == (100, 72)

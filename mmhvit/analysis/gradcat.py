@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 
 LEVEL_COLORS = ((230, 25, 75), (255, 225, 25), (60, 180, 75), (0, 130, 200))
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.375)
 
 
 def block_scores(score_map: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -110,6 +112,48 @@ def _descend(scores: List[torch.Tensor], block_size: int, patch_size: int,
         rows_range = (2 * row, 2 * row + 2)
         cols_range = (2 * col, 2 * col + 2)
     return path
+
+
+def classifier_gradcat(config: str, checkpoint: str, image: str, size: Tuple[int, int],
+                       target_class: Optional[int] = None):
+    """GradCAT of an MMPretrain classifier config with an ``mmhvit.NesT`` backbone on one image.
+
+    Args:
+        config: The classifier config (e.g. ``configs/nest_t_in1k.py``).
+        checkpoint: Its weights.
+        image: An image file, resized to ``size`` (H, W) and normalised as the config's data
+            preprocessor does (ImageNet mean / std by default).
+        target_class: Class to explain; default the predicted one.
+
+    Returns:
+        tuple: :func:`nest_gradcat`'s result, and the resized PIL image (to draw the path on).
+    """
+    import numpy as np
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import load_checkpoint
+    from PIL import Image
+
+    cfg = Config.fromfile(config)
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    from mmpretrain.registry import MODELS
+    cfg.model.backbone.pop('init_cfg', None)
+    cfg.model.backbone.pop('pretrained', None)
+    model = MODELS.build(cfg.model)
+    if type(model.backbone).__name__ != 'NesT':
+        raise ValueError(f'{config}: GradCAT needs an mmhvit.NesT backbone, got '
+                         f'{type(model.backbone).__name__}')
+    load_checkpoint(model, checkpoint, map_location='cpu')
+    model.eval()
+    preprocess = cfg.get('data_preprocessor') or cfg.model.get('data_preprocessor') or {}
+    resized = Image.open(image).convert('RGB').resize(size[::-1], Image.BICUBIC)
+    mean = torch.tensor(preprocess.get('mean', IMAGENET_MEAN)).view(1, 3, 1, 1)
+    std = torch.tensor(preprocess.get('std', IMAGENET_STD)).view(1, 3, 1, 1)
+    pixels = torch.from_numpy(np.asarray(resized, dtype=np.float32)).permute(2, 0, 1)[None]
+    inputs = (pixels - mean) / std  # RGB, as the data preprocessor's to_rgb produces
+    result = nest_gradcat(model.backbone, lambda x: model(x, mode='tensor'), inputs,
+                          target_class)
+    return result, resized
 
 
 def draw_gradcat(image, path: Sequence[Dict], out_file: str, line_width: Optional[int] = None,

@@ -5,8 +5,6 @@
 Reads the newest ``WORK_DIR/<timestamp>/vis_data/scalars.json`` that holds training losses.
 """
 import argparse
-import glob
-import json
 import os.path as osp
 
 import matplotlib
@@ -14,25 +12,8 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
+from mmhvit.analysis.training_logs import read_losses  # noqa: E402
 from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
-
-
-def read_losses(work_dir: str):
-    """{key: ([steps], [values])} for every loss key of the newest run with losses."""
-    for scalars in sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')),
-                          reverse=True):
-        curves = {}
-        with open(scalars) as f:
-            for line in f:
-                record = json.loads(line)
-                for key, value in record.items():
-                    if key.startswith('loss') and 'step' in record:
-                        steps, values = curves.setdefault(key, ([], []))
-                        steps.append(record['step'])
-                        values.append(value)
-        if curves:
-            return scalars, curves
-    raise FileNotFoundError(f'no training losses under {work_dir}/*/vis_data/scalars.json')
 
 
 @reports_user_errors
