@@ -25,7 +25,7 @@ StateDict = Dict[str, torch.Tensor]
 
 
 def _official_hmhsa(src: str, state_dict: StateDict, convert: Callable, is_official: Callable,
-                    backbone: type, other: str, **options) -> Tuple[StateDict, dict]:
+                    backbone: type, other: str) -> Tuple[StateDict, dict]:
     """TransCNN or HAT-Net: the official layout of the right release only (``other``: the
     family that converts the other release's files)."""
     try:
@@ -46,8 +46,8 @@ _hatnet = functools.partial(_official_hmhsa, convert=convert_hatnet_checkpoint,
                             is_official=is_official_hatnet, backbone=HATNet, other='transcnn')
 
 
-def _nest(src: str, state_dict: StateDict, num_heads: Optional[Sequence[int]] = None,
-          **options) -> Tuple[StateDict, dict]:
+def _nest(src: str, state_dict: StateDict, num_heads: Optional[Sequence[int]] = None
+          ) -> Tuple[StateDict, dict]:
     converted = convert_nest_checkpoint(state_dict, num_heads=num_heads, with_head=True)
     if 'stages.0.pos_embed' not in converted or 'patch_embed.proj.weight' not in converted:
         raise ValueError(f'{src} is not a NesT checkpoint (timm nest_* or mmhvit NesT): it has no '
@@ -56,7 +56,7 @@ def _nest(src: str, state_dict: StateDict, num_heads: Optional[Sequence[int]] = 
     return converted, dict(arch=describe_nest_checkpoint(converted, NesT))
 
 
-def _tnt(src: str, state_dict: StateDict, **options) -> Tuple[StateDict, dict]:
+def _tnt(src: str, state_dict: StateDict) -> Tuple[StateDict, dict]:
     try:
         converted = convert_tnt_checkpoint(state_dict, with_head=True)
         # The layout of the backbone's keys (an MMPretrain classifier nests them in backbone.*).
