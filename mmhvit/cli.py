@@ -72,9 +72,13 @@ def _demo(args):
 
 def _convert(args):
     from mmhvit.models.converters.files import conversion_summary, convert_file
-    options = {} if args.num_heads is None else dict(num_heads=args.num_heads)
-    if options and args.family != 'nest':
-        raise ValueError(f'--num-heads is an option of nest, not of {args.family}')
+    options = {}
+    for option, family in (('num_heads', 'nest'), ('arch', 'ptnt')):
+        if getattr(args, option) is not None:
+            if args.family != family:
+                raise ValueError(f'--{option.replace("_", "-")} is an option of {family}, not of '
+                                 f'{args.family}')
+            options[option] = getattr(args, option)
     meta = convert_file(args.family, args.src, args.dst, **options)
     print(conversion_summary(args.family, args.src, args.dst, meta))
 
@@ -83,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(
         prog='mmhvit',
-        description='Configs, model zoo and converters of mmhvit (TransCNN, HAT-Net, NesT, TNT).',
+        description='Configs, model zoo and converters of mmhvit (TransCNN, HAT-Net, NesT, TNT, '
+        'PyramidTNT).',
         epilog=f'files: {mim_root()}')
     parser.add_argument('--version', action='version', version=f'mmhvit {__version__}')
     commands = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
@@ -121,21 +126,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help='detection: boxes below this score are not drawn (default 0.3)')
     sub.set_defaults(func=_demo)
 
+    _add_convert_command(add_command)
+    return parser
+
+
+def _add_convert_command(add_command) -> None:
     sub = add_command(
         'convert', help='convert official / timm / mmpretrain weights into an MMPretrain '
         'classifier checkpoint that the family\'s configs/*_in1k.py loads',
         description='transcnn: official TransCNN-*.pth; hatnet: official HAT-Net_*.pth; nest: '
         'timm nest_*_jx (official JAX weights) or nest_* (also set model.backbone.pool_padding='
-        '"symmetric"); tnt: official tnt_*.pth.tar, timm or mmpretrain TNT. SRC may be .pth, '
-        '.pth.tar or .safetensors; it is read weights-only.')
-    sub.add_argument('family', choices=('transcnn', 'hatnet', 'nest', 'tnt'))
-    sub.add_argument('src', help='the checkpoint to convert')
+        '"symmetric"); tnt: official tnt_*.pth.tar, timm or mmpretrain TNT; ptnt: official '
+        'PyramidTNT ptnt_*.pth.tar. SRC may be .pth, .pth.tar or .safetensors, a path or an '
+        'http(s) URL (downloaded once into the torch hub cache, a -<sha256 prefix> in its name '
+        'checked); it is read weights-only.')
+    sub.add_argument('family', choices=('transcnn', 'hatnet', 'nest', 'tnt', 'ptnt'))
+    sub.add_argument('src', help='the checkpoint to convert: a path or an http(s) URL')
     sub.add_argument('dst', help='the .pth to write')
     sub.add_argument('--num-heads', type=int, nargs=3, metavar='H',
                      help='nest: attention heads per level (default: channels / 32, as official; '
                      'only custom archs need it)')
+    sub.add_argument('--arch', help='ptnt: refuse a file of another arch (tiny, small, medium, '
+                     'base)')
     sub.set_defaults(func=_convert)
-    return parser
 
 
 @reports_user_errors

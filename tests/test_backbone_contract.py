@@ -1,4 +1,4 @@
-"""The contract every backbone fulfils, one suite over the three families (timm's
+"""The contract every backbone fulfils, one suite over the five families (timm's
 ``test_models.py`` is the model): any input size, out_indices, frozen_stages, norm_eval, with_cp,
 init_cfg (single and list), pretrained, argument checks, padding invariance, drop-path schedule.
 The per-family files keep the numeric equivalence with the reference implementations."""
@@ -12,9 +12,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 import mmhvit.models.backbones.base_backbone as base_module
 import mmhvit.models.layers.stage as stage_module
-from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
+from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 
-FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT}
+FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT,
+            'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)
 STRIDES = (4, 8, 16, 32)
 
@@ -103,7 +104,7 @@ def test_frozen_stages(name, frozen):
 # Families whose default layers have no BatchNorm get one where they can (TNT's pyramid, HAT-Net's
 # norm_cfg).
 BN_OPTION = {'TransCNN': {}, 'HATNet': dict(norm_cfg=dict(type='BN')),
-             'TNT': dict(pyramid_norm_cfg=dict(type='BN')), 'NesT': None}
+             'TNT': dict(pyramid_norm_cfg=dict(type='BN')), 'NesT': None, 'PyramidTNT': {}}
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -184,7 +185,7 @@ def test_pretrained_is_deprecated_and_type_checked(name, tmp_path):
         build(name, pretrained=str(path), init_cfg=dict(type='Pretrained', checkpoint='x'))
 
 
-@pytest.mark.parametrize('name', ['NesT', 'TNT'])
+@pytest.mark.parametrize('name', ['NesT', 'TNT', 'PyramidTNT'])
 def test_position_embeddings_resized_on_load_and_logged(name, tmp_path, monkeypatch):
     source = build(name)
     source.init_weights()
@@ -260,7 +261,8 @@ def test_one_vocabulary():
             assert {'embed_dims', 'depths', 'num_heads'} <= set(arch)
     # None: the arch's value, which is what its official weights have
     assert [cls.optional_keys['qkv_bias']
-            for cls in (TransCNN, HATNet, NesT, TNT)] == [True, True, True, False]
+            for cls in (TransCNN, HATNet, NesT, TNT, PyramidTNT)] == [True, True, True, False,
+                                                                      False]
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -268,8 +270,10 @@ def test_drop_path_schedule_is_linear_over_all_blocks(name):
     arch = dict(TINY_BACKBONES[name]['arch'], depths=[2, 1, 1, 1])
     model = build(name, arch=arch, drop_path_rate=0.3)
     rates = [m.drop_prob for m in model.modules() if type(m).__name__ == 'DropPath']
-    per_block = {'TNT': 2}.get(name, 1)  # a TNT block holds an inner and an outer layer
-    expected = [r for r in (0.075, 0.15, 0.225, 0.3) for _ in range(per_block)]
+    # A TNT block holds an inner and an outer layer; PyramidTNT's second block of stage 1 has no
+    # inner layer (only the first block of a stage has words).
+    per_block = {'TNT': [2] * 4, 'PyramidTNT': [1, 2, 2, 2]}.get(name, [1] * 4)
+    expected = [r for r, n in zip((0.075, 0.15, 0.225, 0.3), per_block) for _ in range(n)]
     assert rates == pytest.approx(expected)  # block 1 has rate 0: no DropPath module
 
 
@@ -277,7 +281,8 @@ def test_drop_path_schedule_is_linear_over_all_blocks(name):
 @pytest.mark.parametrize('name', NAMES)
 def test_padding_never_changes_valid_outputs(models, name, monkeypatch):
     """Token padding (partial windows / blocks, whole padded sentences) is masked: filling it
-    with large values instead of zeros changes no valid output."""
+    with large values instead of zeros changes no valid output. PyramidTNT pads no token (partial
+    pooled cells average the sentences that exist): nothing to poison, nothing changes."""
     model = models[name]
     x = torch.randn(1, 3, 45, 70)
     with torch.no_grad():
@@ -290,7 +295,9 @@ def test_padding_never_changes_valid_outputs(models, name, monkeypatch):
         poisoned = model
     with torch.no_grad():
         got = poisoned(x)
-    if name != 'TNT':
+    if name == 'PyramidTNT':
+        assert not calls, 'PyramidTNT padded tokens: they would need a mask'
+    elif name != 'TNT':
         assert calls, 'no padding happened: the test would prove nothing'
     for a, b in zip(got, expected):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

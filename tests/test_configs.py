@@ -63,8 +63,9 @@ def make_batch(scope, cfg, height, width):
 def input_size(scope, cfg):
     if scope == 'mmpretrain' and 'quickstart' in cfg.filename:
         return (96, 96)  # the shapes crops
-    if scope == 'mmpretrain':
-        return (256, 256) if 'TransCNN' in cfg.model.backbone.type else (224, 224)
+    if scope == 'mmpretrain':  # the official resolutions
+        return (256, 256) if cfg.model.backbone.type in ('mmhvit.TransCNN',
+                                                         'mmhvit.PyramidTNT') else (224, 224)
     return (160, 192)  # small, not square, not a multiple of the backbones' windows
 
 

@@ -1,9 +1,10 @@
 """DDP equals one process: 2 gloo ranks on a global batch of 4 against 1 process on the same 4.
 
 LayerNorm / GroupNorm models (NesT, TNT, HAT-Net) give the same loss and gradients; TransCNN's
-BatchNorm normalises each rank's 2 images with their own statistics, so it matches only with BN
-in eval mode (``norm_eval=True``, or SyncBN on GPUs). No ``out_indices`` / ``frozen_stages``
-makes DDP (with ``find_unused_parameters=False``) fail on a parameter without a gradient.
+BatchNorm (and PyramidTNT's, in its stem and upsampling) normalises each rank's 2 images with their
+own statistics, so it matches only with BN in eval mode (``norm_eval=True``, or SyncBN on GPUs).
+No ``out_indices`` / ``frozen_stages`` makes DDP (with ``find_unused_parameters=False``) fail on a
+parameter without a gradient.
 """
 import os
 import socket
@@ -17,12 +18,13 @@ import torch.nn.functional as F
 from conftest import TINY_BACKBONES
 from torch.nn.parallel import DistributedDataParallel
 
-from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
+from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet}
+FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
+            'PyramidTNT': PyramidTNT}
 # (family, backbone kwargs): BN in train mode is the one case expected to differ
 CASES = [('NesT', {}), ('TNT', {}), ('HATNet', {}), ('TransCNN', dict(norm_eval=True)),
-         ('TransCNN', {})]
+         ('TransCNN', {}), ('PyramidTNT', dict(norm_eval=True))]
 SWEEP = [dict(out_indices=o, frozen_stages=f)
          for o in [(0, ), (1, ), (2, ), (0, 2), (1, 3)] for f in [-1, 0, 1]]
 WORLD, PER_RANK = 2, 2

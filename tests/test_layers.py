@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from mmhvit.models.backbones import TNT, NesT, TransCNN
+from mmhvit.models.backbones import TNT, NesT, PyramidTNT, TransCNN
 from mmhvit.models.layers import (
     HMHSA,
     build_rescale,
@@ -71,13 +71,14 @@ def test_one_weight_init_for_every_family():
 
 def test_simple_pyramid_rescales():
     maps = [build_rescale(scale, 8, dict(type='LN2d'))(torch.randn(1, 8, 5, 7))
-            for scale in (4, 2, 1, 0.5)]
-    assert [tuple(m.shape[-2:]) for m in maps] == [(20, 28), (10, 14), (5, 7), (3, 4)]
+            for scale in (8, 4, 2, 1, 0.5, 0.25)]
+    assert [tuple(m.shape[-2:]) for m in maps] == [(40, 56), (20, 28), (10, 14), (5, 7), (3, 4),
+                                                   (2, 2)]
     with pytest.raises(ValueError, match='rescale 3'):
         build_rescale(3, 8, dict(type='LN2d'))
 
 
-@pytest.mark.parametrize('cls', [TransCNN, NesT, TNT])
+@pytest.mark.parametrize('cls', [TransCNN, NesT, TNT, PyramidTNT])
 def test_arch_parsing_is_shared_and_strict(cls):
     name = next(iter(cls.arch_zoo))
     assert cls.parse_arch(name.upper()) == {**cls.optional_keys, **cls.arch_zoo[name]}
@@ -103,6 +104,22 @@ def test_attention_kernels_agree_with_sdpa(keys, kernel):
     torch.testing.assert_close(out, reference.transpose(1, 2).reshape(6, 10, 12))
     with pytest.raises(ValueError, match='kernel must be one of'):
         multihead_attention(q, k, v, num_heads=3, kernel='flash')
+
+
+@pytest.mark.parametrize('kernel', ['matmul', 'sdpa'])
+@pytest.mark.parametrize('with_mask', [False, True])
+def test_attention_bias_is_added_to_the_logits(kernel, with_mask):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(6, 10, 12), torch.randn(6, 70, 12), torch.randn(6, 70, 12)
+    bias = torch.randn(1, 3, 10, 70)  # broadcast over the batch, as PyramidTNT's relative_pos
+    mask = torch.rand(3, 70) > 0.3 if with_mask else None
+    out = multihead_attention(q, k, v, num_heads=3, key_mask=mask, attn_bias=bias,
+                              kernel=kernel)
+    heads = [t.view(6, -1, 3, 4).transpose(1, 2) for t in (q, k, v)]
+    float_mask = bias if mask is None else torch.where(mask.repeat(2, 1)[:, None, None, :], bias,
+                                                       float('-inf'))
+    reference = torch.nn.functional.scaled_dot_product_attention(*heads, attn_mask=float_mask)
+    torch.testing.assert_close(out, reference.transpose(1, 2).reshape(6, 10, 12))
 
 
 def test_flop_count_separates_attention_products():

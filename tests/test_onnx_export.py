@@ -37,7 +37,7 @@ def tiny_backbone(family: str, **overrides) -> torch.nn.Module:
     return model.eval()
 
 
-@pytest.mark.parametrize('family', ['TransCNN', 'NesT', 'TNT'])
+@pytest.mark.parametrize('family', ['TransCNN', 'NesT', 'TNT', 'PyramidTNT'])
 def test_backbone_onnx_dynamic(family, tmp_path):
     model = tiny_backbone(family)
     path = str(tmp_path / f'{family}.onnx')
@@ -133,7 +133,7 @@ def test_window_key_mask_exported_form(tmp_path):
 # on request (docs/deployment.md).
 @pytest.mark.skipif(os.environ.get('MMHVIT_TEST_COMPILE') != '1',
                     reason='inductor takes minutes per model: set MMHVIT_TEST_COMPILE=1')
-@pytest.mark.parametrize('family', ['TransCNN', 'NesT', 'TNT'])
+@pytest.mark.parametrize('family', ['TransCNN', 'NesT', 'TNT', 'PyramidTNT'])
 def test_torch_compile_matches_eager(family):
     torch._dynamo.reset()
     model = tiny_backbone(family)

@@ -5,9 +5,9 @@ Padding invariance holds for the padding a backbone adds itself (to whole window
 patches): it is masked, so filling it with garbage changes no output. It does not hold for zero
 padding added to the image by the user (or by a detector's batch collation): the padded pixels
 become real tokens that attention reads (TransCNN's pooled global keys, NesT's blocks and its
-interpolated block position embeddings, TNT's global sentence attention, HAT-Net's GroupNorm
-statistics over the whole map), as for any ViT or Swin backbone; docs/reliability.md gives the
-size of that effect.
+interpolated block position embeddings, TNT's and PyramidTNT's global sentence attention and
+PyramidTNT's resized position tables, HAT-Net's GroupNorm statistics over the whole map), as for
+any ViT or Swin backbone; docs/reliability.md gives the size of that effect.
 """
 import math
 
@@ -18,9 +18,10 @@ from conftest import TINY_BACKBONES, poison_padding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
+from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet}
+FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
+            'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)
 STRIDES = (4, 8, 16, 32)
 # Deterministic examples (CI reproducible), no example database in the repository.
@@ -77,7 +78,8 @@ def test_any_size_and_layout(models, name, height, width, batch, layout):
 @given(height=st.integers(1, 300), width=st.integers(1, 300))
 def test_own_padding_never_leaks(models, name, height, width, monkeypatch):
     """The padding a backbone adds to whole windows / blocks is masked: garbage in it changes no
-    output (TNT pads whole sentences: tests/test_backbone_contract.py covers it)."""
+    output (TNT pads whole sentences: tests/test_backbone_contract.py covers it; PyramidTNT pads
+    no token)."""
     model = models[name]
     x = torch.randn(1, 3, height, width)
     with torch.no_grad():

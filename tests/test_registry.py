@@ -8,7 +8,12 @@ import torch
 from conftest import REPO, TINY_BACKBONES
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
-PLAIN_NAMES = ('TransCNN', 'HATNet', 'NesT')  # mmpretrain owns a class named TNT
+PLAIN_NAMES = ('TransCNN', 'HATNet', 'NesT', 'PyramidTNT')  # mmpretrain owns a class named TNT
+MODULES = {'PyramidTNT': 'pyramid_tnt'}  # the backbone module of a family, if not its name
+
+
+def module_of(name):
+    return f'mmhvit.models.backbones.{MODULES.get(name, name.lower())}'
 
 
 def run_python(code: str) -> dict:
@@ -44,10 +49,7 @@ print(json.dumps(built))
 def test_scoped_names_build_our_classes(scope, custom_imports):
     built = run_python(BUILD_ALL.format(scope=scope, custom_imports=custom_imports,
                                         tiny=repr(TINY_BACKBONES)))
-    assert built == {
-        name: f'mmhvit.models.backbones.{name.lower()}.{name}'
-        for name in TINY_BACKBONES
-    }
+    assert built == {name: f'{module_of(name)}.{name}' for name in TINY_BACKBONES}
 
 
 @pytest.mark.parametrize('scope', SCOPES)
@@ -61,7 +63,7 @@ def test_plain_names_after_custom_imports(scope):
     init_default_scope(scope)
     for name in PLAIN_NAMES:
         model = registry.MODELS.build(dict(type=name, **TINY_BACKBONES[name]))
-        assert type(model).__module__ == f'mmhvit.models.backbones.{name.lower()}'
+        assert type(model).__module__ == module_of(name)
         assert isinstance(model(torch.randn(1, 3, 64, 64)), tuple)
 
 

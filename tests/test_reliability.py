@@ -12,12 +12,13 @@ import torch
 from conftest import REPO, TINY_BACKBONES, run_tool
 from test_train_tools import QUICKSTART, short_run_options
 
-from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
+from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
 from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet}
+FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
+            'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)
 
 

@@ -275,6 +275,11 @@ def test_bad_configuration():
         TNT(dict(TINY, depths=[0, 0, 0, 0]))
     with pytest.raises(ValueError, match='out_type must be one of'):
         tiny(out_type='tokens')
-    with pytest.raises(ValueError, match='size_divisor must be a positive multiple of 16'):
+    with pytest.raises(ValueError, match='size_divisor must be a positive multiple of the patch '
+                       'size 16'):
         tiny(size_divisor=24)
+    with pytest.raises(ValueError, match='patch_size and word_size must be powers of two'):
+        TNT(dict(TINY, patch_size=12))
+    with pytest.raises(ValueError, match='patch_size and word_size must be powers of two'):
+        TNT(dict(TINY, patch_size=4, word_size=8))
     assert TNT('S').arch_name == 'small' and TNT('small').arch_settings['depths'] == [3] * 4

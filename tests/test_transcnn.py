@@ -80,9 +80,10 @@ def official_shapes(arch, num_classes=1000):
     return shapes
 
 
-def read_official_keys(name):
+def read_official_keys(name, family='transcnn'):
+    """Key -> shape of an official state dict, as listed in tests/data (also test_ptnt.py's)."""
     shapes = {}
-    with open(osp.join(DATA, f'transcnn_official_keys_{name}.txt')) as f:
+    with open(osp.join(DATA, f'{family}_official_keys_{name}.txt')) as f:
         for line in f:
             if line.startswith('#'):
                 continue

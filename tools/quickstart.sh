@@ -9,7 +9,7 @@
 #   (a UperNet config first trains its backbone's classifier config when that checkpoint is missing)
 #
 # TASK: det (RetinaNet), ins (Mask R-CNN), seg (UperNet), cls (ImageClassifier).
-# BACKBONE: transcnn, hatnet, nest, tnt (CPU-sized variants of ours) or r18 (the library's
+# BACKBONE: transcnn, hatnet, nest, tnt, ptnt (CPU-sized variants of ours) or r18 (the library's
 # ResNet-18).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,9 +26,9 @@ if [ -z "${CONFIG:-}" ]; then
         *) echo "TASK must be one of det, ins, seg, cls (got '$TASK')" >&2; exit 2 ;;
     esac
     case "$BACKBONE" in
-        transcnn | hatnet | nest | tnt) PATTERN="${ALGO}_${BACKBONE}-q_*_shapes.py" ;;
+        transcnn | hatnet | nest | tnt | ptnt) PATTERN="${ALGO}_${BACKBONE}-q_*_shapes.py" ;;
         r18) PATTERN="${ALGO}_r18_*_shapes.py" ;;
-        *) echo "BACKBONE must be one of transcnn, hatnet, nest, tnt, r18 (got '$BACKBONE')" >&2; exit 2 ;;
+        *) echo "BACKBONE must be one of transcnn, hatnet, nest, tnt, ptnt, r18 (got '$BACKBONE')" >&2; exit 2 ;;
     esac
     CONFIG="$(ls configs/quickstart/$PATTERN)"
 elif [ -n "${TASK:-}${BACKBONE:-}" ]; then

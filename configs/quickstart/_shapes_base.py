@@ -33,6 +33,14 @@ backbones = dict(
         arch=dict(embed_dims=128, inner_dims=8, depths=[1, 1, 1, 1], num_heads=4,
                   inner_num_heads=2),
         pretrain_img_size=256, drop_path_rate=0.),
+    # A quarter-width PyramidTNT-S (sentences 32-128 wide, heads of 32 channels) with its own
+    # 2-8-4-2 blocks and key pooling; words half-width (4 channels, 4 per head: 2 would be
+    # degenerate). Its pyramid upsamples every stage 2x to strides 4-32.
+    ptnt=dict(
+        _delete_=True, type='mmhvit.PyramidTNT',
+        arch=dict(embed_dims=[32, 64, 128, 128], inner_dims=[4, 8, 16, 16], depths=[2, 8, 4, 2],
+                  num_heads=[1, 2, 4, 4], inner_num_heads=[1, 2, 4, 4]),
+        pretrain_img_size=256, drop_path_rate=0.),
     # The library's own ResNet-18 (type 'ResNet' resolves in the mmdet, mmseg and mmpretrain
     # scopes alike), from scratch, nothing frozen, BN in training mode as ours.
     r18=dict(
@@ -40,7 +48,7 @@ backbones = dict(
         norm_cfg=dict(type='BN', requires_grad=True), init_cfg=None),
 )
 channels = dict(transcnn=[32, 64, 128, 256], hatnet=[24, 48, 120, 192], nest=[32, 64, 128, 256],
-                tnt=[128, 128, 128, 128], r18=[64, 128, 256, 512])
+                tnt=[128, 128, 128, 128], ptnt=[32, 64, 128, 128], r18=[64, 128, 256, 512])
 # Strides 8-32 only (RetinaNet's FPN): nothing is built or run for the stride-4 output.
 backbones_c3_c5 = {name: dict(cfg, out_indices=(1, 2, 3)) for name, cfg in backbones.items()}
 channels_c3_c5 = {name: c[1:] for name, c in channels.items()}
@@ -54,6 +62,7 @@ classifier_checkpoints = dict(
     hatnet='work_dirs/classifier_hatnet-q_20e_shapes/weights.pth',
     nest='work_dirs/classifier_nest-q_20e_shapes/weights.pth',
     tnt='work_dirs/classifier_tnt-q_20e_shapes/weights.pth',
+    ptnt='work_dirs/classifier_ptnt-q_20e_shapes/weights.pth',
     r18='work_dirs/classifier_r18_20e_shapes/weights.pth')
 backbones_from_classifier = {
     name: dict(cfg, init_cfg=dict(type='Pretrained', checkpoint=classifier_checkpoints[name],

@@ -14,7 +14,7 @@ TASKS = {  # algorithm prefix -> (task, [(metric key, label, scale to a fraction
 # The bar of the best of our three backbones, per task (second metric for detection).
 TARGETS = {'det': ('bbox AP50', 0.85), 'ins': ('segm AP50', 0.7), 'seg': ('mIoU', 0.7),
            'cls': ('top-1', 0.95)}
-BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'r18')
+BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'ptnt-q', 'r18')
 BASELINE = 'r18'
 MIN_START = 0.01  # untrained metrics below this count as this much in the ">= 3x" check
 floor_note = f', counted as {MIN_START}'

@@ -98,8 +98,9 @@ def infer_image(image: str, config: str, checkpoint: Optional[str] = None,
     Args:
         image: path of the input image.
         config: path of an MMDet, MMSeg or MMPretrain config.
-        checkpoint: weights, loaded weights-only (training checkpoints too: MMEngine's logged
-            types are allowlisted, as in tools/test.py). None: the config's own init.
+        checkpoint: weights, a path or an ``http(s)://`` URL (downloaded once into torch's hub
+            cache), loaded weights-only (training checkpoints too: MMEngine's logged types are
+            allowlisted, as in tools/test.py). None: the config's own init.
         out_file: where the drawing goes (its extension picks the format); None draws nothing.
         device: ``cpu``, ``cuda``, ...; None picks a GPU when there is one.
         score_thr: detections below this score are neither drawn nor listed.

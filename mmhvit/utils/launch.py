@@ -60,11 +60,13 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
 def allow_training_checkpoints(runner) -> None:
     """Let the runner resume from / test MMEngine training checkpoints, still weights-only.
 
-    Training checkpoints pickle MMEngine's HistoryBuffer and numpy arrays, which torch.load's
-    default ``weights_only=True`` refuses. During the runner's ``load_or_resume`` step exactly
-    those types are allowlisted (:func:`mmhvit.models.checkpoint.training_checkpoint_globals`);
-    nothing is ever fully unpickled, so a released file given to tools/test.py cannot run code.
-    When loading fails, the file is read again by
+    Training checkpoints pickle MMEngine's HistoryBuffer and numpy arrays (and the official
+    scripts' an ``argparse.Namespace``), which torch.load's default ``weights_only=True`` refuses.
+    During the runner's ``load_or_resume`` step exactly those types are allowlisted
+    (:func:`mmhvit.models.checkpoint.training_checkpoint_globals`); nothing is ever fully
+    unpickled, so a released file given to tools/test.py cannot run code. URLs go through
+    :func:`mmhvit.models.checkpoint.load_from_http_weights_only` (registered on import). When
+    loading fails, the file is read again by
     :func:`~mmhvit.models.checkpoint.load_checkpoint_file`, whose error says what is wrong with it
     (missing, empty, truncated, not a checkpoint, pickling code) in one line.
     """

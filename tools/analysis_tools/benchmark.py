@@ -2,7 +2,7 @@
 size.
 
     python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu plugins]
-        [--families TransCNN NesT TNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
+        [--families TransCNN NesT TNT PyramidTNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
         [--plugin-size 800x1344] [--plugin-memory-cap 12] [--repeats 5] [--ratio-runs 5]
         [--official-transcnn PATH/TransCNN.py] [--threads 2]
         [--out docs/benchmarks.md]
@@ -19,7 +19,8 @@ Sections:
   profile  (not in the default sections) per-op self CPU time of ours and each reference at the
            largest batch, from torch.profiler;
   scaling  forward and forward+backward time and peak memory of each backbone (all four outputs)
-           against input size, next to a plain ViT-S/16;
+           against input size, next to a plain ViT-S/16 (and PyramidTNT-S with
+           ``bias_chunk_size=4096`` when PyramidTNT is among the families);
   gpu      the speed and scaling tables on the GPU at fp32 and bf16 autocast, plus RetinaNet
            training throughput at 800x1333, batch 2 (only when CUDA is available);
   quickstart  (not in the default sections) seconds per training iteration of every quickstart
@@ -68,9 +69,16 @@ FAMILIES = {
         config='configs/tnt_s_in1k.py', size=224, type='mmhvit.TNT',
         archs={'tiny': (6.1, 1.4, 73.9), 'small': (23.77, 5.2, 81.5),
                'base': (65.43, 14.1, 82.9)}),
+    'PyramidTNT': dict(
+        config='configs/ptnt_s_in1k.py', size=256, arch_sizes={'tiny': 192},
+        type='mmhvit.PyramidTNT',
+        archs={'tiny': (10.6, 0.6, 75.2), 'small': (32.0, 3.3, 82.0),
+               'medium': (85.0, 8.2, 83.5), 'base': (157.0, 16.0, 84.1)}),
 }
 SCALING_SIZES = ('224x224', '448x448', '640x640', '800x1344', '1024x1024')
-SCALING_ARCHS = {'TransCNN': 'base', 'NesT': 'tiny', 'TNT': 'small'}
+SCALING_ARCHS = {'TransCNN': 'base', 'NesT': 'tiny', 'TNT': 'small', 'PyramidTNT': 'small'}
+# PyramidTNT-S with its relative_pos bias made (and attended) 4096 queries at a time.
+PTNT_CHUNKED = 'PyramidTNT-small, bias_chunk_size=4096'
 
 
 def log(message: str) -> None:
@@ -257,6 +265,8 @@ def scaling_models(families) -> Dict[str, Callable[[], nn.Module]]:
         f'{family}-{SCALING_ARCHS[family]}': (lambda f=family: build_backbone(f, SCALING_ARCHS[f]))
         for family in families
     }
+    if 'PyramidTNT' in families:
+        models[PTNT_CHUNKED] = lambda: build_backbone('PyramidTNT', 'small', bias_chunk_size=4096)
     models['ViT-S/16 (timm)'] = PlainViT
     return models
 
@@ -309,10 +319,10 @@ def section_params(args) -> List[str]:
     rows = []
     for family in args.families:
         spec = FAMILIES[family]
-        size = spec['size']
         for arch, (params_ref, flops_ref, top1) in spec['archs'].items():
             if args.archs and arch not in args.archs:
                 continue
+            size = spec.get('arch_sizes', {}).get(arch, spec['size'])
             log(f'params/FLOPs: {family}-{arch} at {size}x{size}')
             model = TensorMode(build_classifier(family, arch)).eval()
             x = torch.zeros(1, 3, size, size)
@@ -517,16 +527,19 @@ def section_gpu_training(args) -> List[str]:
     """RetinaNet training steps at 800x1333, batch 2, bf16 autocast, for each backbone."""
     from mmdet.registry import MODELS
     from mmdet.testing import demo_mm_inputs
+    from mmengine.model import revert_sync_batchnorm
 
     import mmhvit  # noqa: F401
     init_default_scope('mmdet')
     rows = []
-    for family, name in (('TransCNN', 'transcnn_b'), ('NesT', 'nest_t'), ('TNT', 'tnt_s')):
+    for family, name in (('TransCNN', 'transcnn_b'), ('NesT', 'nest_t'), ('TNT', 'tnt_s'),
+                         ('PyramidTNT', 'ptnt_s')):
         if family not in args.families:
             continue
         cfg = Config.fromfile(osp.join(REPO, 'configs', f'retinanet_{name}_coco.py'))
         cfg.model.backbone.pop('init_cfg', None)
-        model = MODELS.build(cfg.model).cuda().train()
+        # One process: SyncBN (PyramidTNT's config) as BN, as MMEngine's Runner does.
+        model = revert_sync_batchnorm(MODELS.build(cfg.model)).cuda().train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         data = demo_mm_inputs(2, [[3, 800, 1333]] * 2, num_items=[5, 5], num_classes=80)
 
@@ -550,7 +563,7 @@ def section_gpu_training(args) -> List[str]:
 
 # --- quickstart training speed ---------------------------------------------------------------
 QUICKSTART_ALGOS = {'retinanet': '10e', 'mask-rcnn': '8e', 'upernet': '8e'}
-QUICKSTART_BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'r18')
+QUICKSTART_BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'ptnt-q', 'r18')
 
 
 def quickstart_iteration_time(config: str, data_root: str, iterations: int, warmup: int) -> float:

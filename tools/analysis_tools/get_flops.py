@@ -20,8 +20,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description='Params and FLOPs of a model')
     parser.add_argument('config')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
-                        help='input size (default: 256 for TransCNN classifiers, 224 for other '
-                        'classifiers, 800 1333 for detectors, 512 512 for segmentors)')
+                        help='input size (default: 256 for TransCNN and PyramidTNT classifiers, '
+                        '224 for other classifiers, 800 1333 for detectors, 512 512 for '
+                        'segmentors)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     add_debug_argument(parser)
     args = parser.parse_args(argv)
@@ -36,8 +37,8 @@ def main(argv=None):
         height, width = args.shape
     else:
         default = {'mmdet': (800, 1333), 'mmseg': (512, 512)}
-        is_transcnn = 'TransCNN' in cfg.model.backbone.type
-        height, width = default.get(scope, (256, 256) if is_transcnn else (224, 224))
+        at_256 = any(name in cfg.model.backbone.type for name in ('TransCNN', 'PyramidTNT'))
+        height, width = default.get(scope, (256, 256) if at_256 else (224, 224))
     model = MODELS.build(cfg.model).eval()
     inputs = torch.randn(1, 3, height, width)
     wrapped = TensorForward(model, synthetic_data_samples(scope, height, width))

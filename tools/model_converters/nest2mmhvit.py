@@ -7,7 +7,9 @@ SRC: a timm ``nest_{tiny,small,base}_jx`` (official JAX weights) or ``nest_*`` s
 or ``.safetensors``. DST loads into ``configs/nest_t_in1k.py`` (other archs: set
 ``model.backbone.arch`` and ``model.head.in_channels``; timm's non-jx ``nest_*`` also need
 ``model.backbone.pool_padding='symmetric'``) and reproduces timm's logits.
-``--num-heads`` is only needed for custom archs whose heads are not channels / 32. The work is
+``--num-heads`` is only needed for custom archs whose heads are not channels / 32.
+SRC may be an ``http(s)://`` URL: it is downloaded once into the torch hub cache (a
+``-<sha256 prefix>`` in its name is checked) and read weights-only, like a path. The work is
 done by :mod:`mmhvit.models.converters`.
 """
 import sys

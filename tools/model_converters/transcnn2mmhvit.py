@@ -5,7 +5,9 @@
 SRC: an official ``TransCNN-{Tiny,Small,Medium,Large}.pth`` (yun-liu/TransCNN releases), a
 bare state dict or ``{'model': ...}``. DST (``state_dict`` with ``backbone.*`` and ``head.fc.*``,
 plain ``meta``) loads into ``configs/transcnn_b_in1k.py`` and reproduces the official logits; for
-the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (printed). The work is
+the other archs set ``model.backbone.arch`` and ``model.head.in_channels`` (printed).
+SRC may be an ``http(s)://`` URL: it is downloaded once into the torch hub cache (a
+``-<sha256 prefix>`` in its name is checked) and read weights-only, like a path. The work is
 done by :mod:`mmhvit.models.converters`.
 """
 import sys

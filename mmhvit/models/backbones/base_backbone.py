@@ -302,6 +302,38 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
             raise TypeError(f'{name} expects a floating-point image tensor (normalised, e.g. by '
                             f'the data preprocessor), got dtype {x.dtype}')
 
+    # --- depth order (layer-wise learning-rate decay) -----------------------------------------
+    def layer_ids(self) -> Tuple[Dict[str, int], int]:
+        """``({parameter name: layer id}, number of blocks)``: the stem is layer 0 and the blocks
+        are layers 1..N in forward order; a stage's modules registered before its ``blocks``
+        (downsample, position embedding) share its first block's layer, those after them (output
+        norms and rescaling, which the heads read, as BEiT's final norm) are layer N + 1, the
+        neck's."""
+        total = sum(len(stage.blocks) for stage in self.stages)
+        ids, done = {}, 0
+        for name, _ in self.patch_embed.named_parameters():
+            ids['patch_embed.' + name] = 0
+        for index, stage in enumerate(self.stages):
+            depth = len(stage.blocks)
+            after_blocks = False
+            for child_name, child in stage.named_children():
+                if child_name == 'blocks':
+                    after_blocks = True
+                    for j, block in enumerate(child):
+                        for name, _ in block.named_parameters():
+                            ids[f'stages.{index}.blocks.{j}.{name}'] = done + 1 + j
+                    continue
+                layer = total + 1 if after_blocks else min(done + 1, done + depth)
+                for name, _ in child.named_parameters():
+                    ids[f'stages.{index}.{child_name}.{name}'] = layer
+            for name, _ in stage.named_parameters(recurse=False):
+                ids[f'stages.{index}.{name}'] = min(done + 1, done + depth)
+            done += depth
+        missing = [name for name, _ in self.named_parameters() if name not in ids]
+        if missing:
+            raise RuntimeError(f'{type(self).__name__}.layer_ids: no layer for {missing[:3]}')
+        return ids, done
+
     # --- freezing, norm_eval ------------------------------------------------------------------
     def stage_modules(self, index: int) -> List[nn.Module]:
         """The stem (index 0) or stage ``index`` (1-based); [] for a stage that is not built."""

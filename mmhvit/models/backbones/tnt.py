@@ -29,11 +29,12 @@ from ..layers import (
 )
 from .base_backbone import HViTBackbone
 
-PATCH_SIZE = 16  # pixels per sentence side
-WORD_STRIDE = 4  # pixels per word side: a sentence holds 4 x 4 words
-WORDS_PER_SIDE = PATCH_SIZE // WORD_STRIDE
-NUM_WORDS = WORDS_PER_SIDE**2
-# Output i rescales the stride-16 sentence map to stride OUT_STRIDES[i].
+# The official layout: 16 x 16-pixel sentences of 4 x 4 words (the arch keys patch_size and
+# word_size change it).
+PATCH_SIZE = 16
+WORD_SIZE = 4
+NUM_WORDS = (PATCH_SIZE // WORD_SIZE)**2
+# Output i rescales the sentence map to stride OUT_STRIDES[i].
 OUT_STRIDES = (4, 8, 16, 32)
 OUT_TYPES = ('pyramid', 'raw', 'cls_token')
 
@@ -80,10 +81,11 @@ class WordsToSentence(nn.Module):
     channels, a biased projection and no norm2.
     """
 
-    def __init__(self, inner_dims: int, embed_dims: int, norm_cfg: dict, legacy: bool = False):
+    def __init__(self, inner_dims: int, embed_dims: int, norm_cfg: dict, legacy: bool = False,
+                 num_words: int = NUM_WORDS):
         super().__init__()
         self.legacy = legacy
-        flat = NUM_WORDS * inner_dims
+        flat = num_words * inner_dims
         self.norm1 = build_norm_layer(norm_cfg, inner_dims if legacy else flat)[1]
         self.proj = nn.Linear(flat, embed_dims, bias=legacy)
         self.norm2 = None if legacy else build_norm_layer(norm_cfg, embed_dims)[1]
@@ -112,10 +114,12 @@ class TNTBlock(nn.Module):
     """
 
     def __init__(self, inner_dims: int, embed_dims: int, inner_num_heads: int, num_heads: int,
-                 se: bool = False, legacy: bool = False, **layer_kwargs):
+                 se: bool = False, legacy: bool = False, num_words: int = NUM_WORDS,
+                 **layer_kwargs):
         super().__init__()
         self.inner = TransformerLayer(inner_dims, inner_num_heads, **layer_kwargs)
-        self.word_proj = WordsToSentence(inner_dims, embed_dims, layer_kwargs['norm_cfg'], legacy)
+        self.word_proj = WordsToSentence(inner_dims, embed_dims, layer_kwargs['norm_cfg'], legacy,
+                                         num_words)
         self.outer = SentenceLayer(embed_dims, num_heads, se=se, **layer_kwargs)
 
     def forward(self, words: torch.Tensor, sentences: torch.Tensor,
@@ -142,31 +146,36 @@ class TNTEmbed(nn.Module):
 
     def __init__(self, in_channels: int, inner_dims: int, embed_dims: int,
                  pos_grid: Tuple[int, int], norm_cfg: dict, drop_rate: float = 0.,
-                 legacy: bool = False):
+                 legacy: bool = False, patch_size: int = PATCH_SIZE, word_size: int = WORD_SIZE):
         super().__init__()
         self.legacy = legacy
         self.pos_grid = pos_grid
-        self.word_embed = nn.Conv2d(in_channels, inner_dims, kernel_size=7, stride=WORD_STRIDE,
+        self.patch_size = patch_size
+        self.words_per_side = patch_size // word_size
+        num_words = self.words_per_side**2
+        self.word_embed = nn.Conv2d(in_channels, inner_dims, kernel_size=7, stride=word_size,
                                     padding=3)
-        self.word_pos_embed = nn.Parameter(torch.zeros(1, NUM_WORDS, inner_dims))
-        self.norm1 = build_norm_layer(norm_cfg, NUM_WORDS * inner_dims)[1]
-        self.proj = nn.Linear(NUM_WORDS * inner_dims, embed_dims)
+        self.word_pos_embed = nn.Parameter(torch.zeros(1, num_words, inner_dims))
+        self.norm1 = build_norm_layer(norm_cfg, num_words * inner_dims)[1]
+        self.proj = nn.Linear(num_words * inner_dims, embed_dims)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dims))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + pos_grid[0] * pos_grid[1], embed_dims))
         self.pos_drop = nn.Dropout(drop_rate)
 
     def words(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, 16 h, 16 w) -> (B * h * w, 16, c), sentences row-major, words row-major inside."""
+        """(B, C, p h, p w) -> (B * h * w, words, c), sentences row-major, words row-major
+        inside."""
         batch, channels, height, width = x.shape
-        rows, cols = height // PATCH_SIZE, width // PATCH_SIZE
+        patch, side = self.patch_size, self.words_per_side
+        rows, cols = height // patch, width // patch
         if self.legacy:
             x = self.word_embed(x)
-            x = x.reshape(batch, -1, rows, WORDS_PER_SIDE, cols, WORDS_PER_SIDE)
-            x = x.permute(0, 2, 4, 3, 5, 1).reshape(batch * rows * cols, NUM_WORDS, -1)
+            x = x.reshape(batch, -1, rows, side, cols, side)
+            x = x.permute(0, 2, 4, 3, 5, 1).reshape(batch * rows * cols, side * side, -1)
         else:
-            x = x.reshape(batch, channels, rows, PATCH_SIZE, cols, PATCH_SIZE)
-            x = x.permute(0, 2, 4, 1, 3, 5).reshape(-1, channels, PATCH_SIZE, PATCH_SIZE)
+            x = x.reshape(batch, channels, rows, patch, cols, patch)
+            x = x.permute(0, 2, 4, 1, 3, 5).reshape(-1, channels, patch, patch)
             x = self.word_embed(x).flatten(2).transpose(1, 2)
         return x + self.word_pos_embed
 
@@ -181,7 +190,7 @@ class TNTEmbed(nn.Module):
     def forward(self, x: torch.Tensor, real: Tuple[int, int]):
         """A padded image -> words (B * N, 16, c) and sentences (B, 1 + N, d)."""
         batch = x.shape[0]
-        padded = (x.shape[2] // PATCH_SIZE, x.shape[3] // PATCH_SIZE)
+        padded = (x.shape[2] // self.patch_size, x.shape[3] // self.patch_size)
         words = self.words(x)
         sentences = words.reshape(batch, -1, words.shape[1:].numel())
         sentences = self.norm2(self.proj(self.norm1(sentences)))
@@ -263,17 +272,20 @@ class TNT(HViTBackbone):
             ``base``/``b``) or a dict with ``embed_dims`` (d), ``inner_dims`` (c), ``depths``
             (blocks per stage, 4 values; a 0 repeats the previous map, e.g. [12, 0, 0, 0] is
             ViTDet's pyramid from the last map), ``num_heads``, ``inner_num_heads`` and optionally
-            ``mlp_ratio`` (4), ``se`` (False), ``qkv_bias`` (False). Default: 'small'.
+            ``mlp_ratio`` (4), ``se`` (False), ``qkv_bias`` (False), ``patch_size`` (16, pixels
+            per sentence side) and ``word_size`` (4, pixels per word side; both powers of two,
+            the official archs use the defaults). Default: 'small'.
         pretrain_img_size (int | tuple): Image size the sentence position embedding is stored for
-            (its grid is this size // 16). Default: 224.
+            (its grid is this size // the patch size). Default: 224.
         out_type (str): ``'pyramid'``: NCHW maps at strides 4, 8, 16, 32; ``'raw'``: the stride-16
             sentence maps (d channels) themselves; ``'cls_token'``: the class token (B, d) after
             each stage (for image classification, ``out_indices=(3, )`` gives the official
             features). Default: 'pyramid'.
         final_norm (bool): Apply the final norm to the sentences after the last block (official
             classifier). Default: True.
-        size_divisor (int): Pad inputs to a multiple of this (a multiple of 16). Larger values
-            bucket input shapes without changing the valid outputs. Default: 16.
+        size_divisor (int, optional): Pad inputs to a multiple of this (a multiple of the patch
+            size). Larger values bucket input shapes without changing the valid outputs.
+            Default: None, the patch size.
         legacy (bool): Build the older layout of timm ``legacy=True`` and mmpretrain's TNT (its
             weights differ). Default: False.
         pyramid_norm_cfg (dict): Norm of each pyramid output and inside its stride-4 branch.
@@ -294,7 +306,8 @@ class TNT(HViTBackbone):
                                             num_heads=10, inner_num_heads=4)),
     }
     essential_keys = ('embed_dims', 'inner_dims', 'depths', 'num_heads', 'inner_num_heads')
-    optional_keys = dict(mlp_ratio=4., se=False, qkv_bias=False)
+    optional_keys = dict(mlp_ratio=4., se=False, qkv_bias=False, patch_size=PATCH_SIZE,
+                         word_size=WORD_SIZE)
     default_norm_cfg = dict(type='LN')
     default_act_cfg = dict(type='GELU')
 
@@ -303,25 +316,18 @@ class TNT(HViTBackbone):
                  pretrain_img_size: Union[int, Tuple[int, int]] = 224,
                  out_type: str = 'pyramid',
                  final_norm: bool = True,
-                 size_divisor: int = PATCH_SIZE,
+                 size_divisor: Optional[int] = None,
                  legacy: bool = False,
                  pyramid_norm_cfg: dict = dict(type='LN2d', eps=1e-6),
                  **kwargs):
         if out_type not in OUT_TYPES:
             raise ValueError(f'TNT: out_type must be one of {OUT_TYPES}, got {out_type!r}')
-        if not (isinstance(size_divisor, int) and size_divisor > 0
-                and size_divisor % PATCH_SIZE == 0):
-            raise ValueError(f'TNT: size_divisor must be a positive multiple of {PATCH_SIZE}, '
-                             f'got {size_divisor}')
         for name, value in (('final_norm', final_norm), ('legacy', legacy)):
             if not isinstance(value, bool):
                 raise TypeError(f'TNT: {name} must be a bool, got {value!r}')
         if isinstance(pretrain_img_size, int):
             pretrain_img_size = (pretrain_img_size, pretrain_img_size)
-        self.pos_grid = tuple(s // PATCH_SIZE for s in pretrain_img_size)
-        if len(self.pos_grid) != 2 or min(self.pos_grid) < 1:
-            raise ValueError(f'TNT: pretrain_img_size must be at least {PATCH_SIZE}, got '
-                             f'{pretrain_img_size}')
+        self.pretrain_img_size = tuple(pretrain_img_size)
         self.out_type, self.final_norm, self.size_divisor = out_type, final_norm, size_divisor
         self.legacy, self.pyramid_norm_cfg = legacy, pyramid_norm_cfg
         super().__init__(arch, **kwargs)
@@ -344,18 +350,41 @@ class TNT(HViTBackbone):
             if settings[dims] % settings[heads]:
                 raise ValueError(f'TNT: {dims}={settings[dims]} is not divisible by '
                                  f'{heads}={settings[heads]}')
+        patch, word = settings['patch_size'], settings['word_size']
+        # The pyramid rescales the sentence map by powers of two.
+        if not (_is_power_of_two(patch) and _is_power_of_two(word) and word <= patch):
+            raise ValueError(f'TNT: arch patch_size and word_size must be powers of two with '
+                             f'word_size <= patch_size, got patch_size={patch}, word_size={word}')
         return settings
+
+    def _check_sizes(self) -> None:
+        """Sizes that depend on the arch's patch size."""
+        patch = self.arch_settings['patch_size']
+        if self.size_divisor is None:
+            self.size_divisor = patch
+        if not (isinstance(self.size_divisor, int) and self.size_divisor > 0
+                and self.size_divisor % patch == 0):
+            raise ValueError(f'TNT: size_divisor must be a positive multiple of the patch size '
+                             f'{patch}, got {self.size_divisor}')
+        self.pos_grid = tuple(s // patch for s in self.pretrain_img_size)
+        if len(self.pos_grid) != 2 or min(self.pos_grid) < 1:
+            raise ValueError(f'TNT: pretrain_img_size must be at least the patch size {patch}, '
+                             f'got {self.pretrain_img_size}')
 
     def _build_layers(self) -> None:
         s = self.arch_settings
+        self._check_sizes()
         self.stage_channels = (s['embed_dims'], ) * self.num_stages
         self.patch_embed = TNTEmbed(self.in_channels, s['inner_dims'], s['embed_dims'],
-                                    self.pos_grid, self.norm_cfg, self.drop_rate, self.legacy)
+                                    self.pos_grid, self.norm_cfg, self.drop_rate, self.legacy,
+                                    s['patch_size'], s['word_size'])
+        num_words = (s['patch_size'] // s['word_size'])**2
         last_stage = max(i for i, depth in enumerate(s['depths']) if depth)
         for i, rates in enumerate(self.drop_path_schedule(s['depths'])[:self.num_built_stages]):
             blocks = [
                 TNTBlock(s['inner_dims'], s['embed_dims'], s['inner_num_heads'], s['num_heads'],
-                         se=s['se'], legacy=self.legacy, mlp_ratio=s['mlp_ratio'],
+                         se=s['se'], legacy=self.legacy, num_words=num_words,
+                         mlp_ratio=s['mlp_ratio'],
                          qkv_bias=self.qkv_bias, drop_rate=self.drop_rate,
                          attn_drop_rate=self.attn_drop_rate, drop_path_rate=rate,
                          norm_cfg=self.norm_cfg, act_cfg=self.act_cfg) for rate in rates
@@ -364,7 +393,7 @@ class TNT(HViTBackbone):
             out_norm = out_proj = None
             if self.out_type == 'pyramid' and i in self.out_indices:
                 out_norm = build_norm2d(self.pyramid_norm_cfg, s['embed_dims'])
-                out_proj = build_rescale(PATCH_SIZE / OUT_STRIDES[i], s['embed_dims'],
+                out_proj = build_rescale(s['patch_size'] / OUT_STRIDES[i], s['embed_dims'],
                                          self.pyramid_norm_cfg)
             norm = (build_norm_layer(self.norm_cfg, s['embed_dims'])[1]
                     if self.final_norm and i == last_stage else None)
@@ -381,8 +410,9 @@ class TNT(HViTBackbone):
     def forward_stem(self, x: torch.Tensor) -> TNTState:
         height, width = x.shape[-2:]
         x = pad_nchw(x, *padding_to_multiple(height, width, self.size_divisor))
-        real = (ceil_div(height, PATCH_SIZE), ceil_div(width, PATCH_SIZE))
-        padded = (x.shape[2] // PATCH_SIZE, x.shape[3] // PATCH_SIZE)
+        patch = self.arch_settings['patch_size']
+        real = (ceil_div(height, patch), ceil_div(width, patch))
+        padded = (x.shape[2] // patch, x.shape[3] // patch)
         key_mask = None  # None keeps attention unmasked when no sentence is wholly padding
         if is_exporting() or real != padded:
             rows = torch.arange(padded[0], device=x.device) < real[0]
@@ -438,3 +468,6 @@ class TNT(HViTBackbone):
     def describe_checkpoint(self, state_dict: dict) -> str:
         return describe_tnt_checkpoint(state_dict, type(self))
 
+
+def _is_power_of_two(value) -> bool:
+    return isinstance(value, int) and value > 0 and value & (value - 1) == 0

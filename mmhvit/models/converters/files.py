@@ -13,11 +13,12 @@ from typing import Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ..backbones import TNT, HATNet, NesT, TransCNN
+from ..backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from ..checkpoint import read_state_dict, save_converted_classifier
 from .hatnet import convert_hatnet_checkpoint, is_official_hatnet
 from .hmhsa import describe_hmhsa_checkpoint, is_official_hmhsa_layout
 from .nest import convert_nest_checkpoint, describe_nest_checkpoint
+from .ptnt import convert_ptnt_checkpoint, describe_ptnt_checkpoint, detect_ptnt_layout
 from .tnt import convert_tnt_checkpoint, describe_tnt_checkpoint, detect_tnt_layout
 from .transcnn import convert_transcnn_checkpoint
 
@@ -68,6 +69,27 @@ def _tnt(src: str, state_dict: StateDict) -> Tuple[StateDict, dict]:
     return converted, dict(arch=arch, source_layout=layout, legacy='legacy' in arch)
 
 
+def _ptnt(src: str, state_dict: StateDict, arch: Optional[str] = None
+          ) -> Tuple[StateDict, dict]:
+    """The official layout only; with ``arch``, of that arch only."""
+    try:
+        layout = detect_ptnt_layout(state_dict)
+    except ValueError as error:
+        raise ValueError(f'{src}: {error}') from None
+    if layout != 'official':
+        raise ValueError(f"{src} already has mmhvit's PyramidTNT keys: load it directly "
+                         '(init_cfg Pretrained), it needs no conversion')
+    converted = convert_ptnt_checkpoint(state_dict, with_head=True)
+    described = describe_ptnt_checkpoint(converted, PyramidTNT)
+    if arch is not None:
+        settings = PyramidTNT.parse_arch(arch)  # one error for an unknown name
+        wanted = next(name for name in PyramidTNT.arch_zoo
+                      if len(name) > 2 and PyramidTNT.parse_arch(name) == settings)
+        if described != wanted:
+            raise ValueError(f'{src} is a PyramidTNT {described} checkpoint, not {wanted}')
+    return converted, dict(arch=described, source_layout=layout)
+
+
 class Family(NamedTuple):
     """How one family's files convert: ``convert(src, state_dict, **options)`` returns our keys
     and the meta to record; ``config`` is the ImageNet config the result loads into."""
@@ -81,6 +103,7 @@ FAMILIES = {
     'hatnet': Family(HATNet, _hatnet, 'configs/hatnet_s_in1k.py'),
     'nest': Family(NesT, _nest, 'configs/nest_t_in1k.py'),
     'tnt': Family(TNT, _tnt, 'configs/tnt_s_in1k.py'),
+    'ptnt': Family(PyramidTNT, _ptnt, 'configs/ptnt_s_in1k.py'),
 }
 
 
@@ -88,15 +111,18 @@ def convert_file(family: str, src: str, dst: str, **options) -> dict:
     """Convert checkpoint file ``src`` of ``family`` into an MMPretrain classifier checkpoint.
 
     Args:
-        family: A key of :data:`FAMILIES` ('transcnn', 'hatnet', 'nest', 'tnt').
-        src: The checkpoint to convert (``.pth``, ``.pth.tar`` or ``.safetensors``).
+        family: A key of :data:`FAMILIES` ('transcnn', 'hatnet', 'nest', 'tnt', 'ptnt').
+        src: The checkpoint to convert (``.pth``, ``.pth.tar`` or ``.safetensors``), a path or
+            an ``http(s)://`` URL (downloaded once into the torch hub cache).
         dst: The ``.pth`` to write; its folder must exist.
         **options: The family's own: ``num_heads`` (NesT: heads per level, for custom archs
-            whose heads are not channels / 32).
+            whose heads are not channels / 32); ``arch`` (PyramidTNT: refuse a file of another
+            arch).
 
     Returns:
         dict: The meta written with the weights (``arch``, ``source``, ``converter`` and the
-        head's ``num_classes`` / ``head_in_channels``; TNT adds ``source_layout`` and ``legacy``).
+        head's ``num_classes`` / ``head_in_channels``; TNT adds ``source_layout`` and ``legacy``,
+        PyramidTNT ``source_layout``).
 
     Raises:
         KeyError: An unknown family.

@@ -11,10 +11,10 @@ from .hmhsa import HMHSA, grid_attention
 from .mlp import Mlp
 from .norm import LayerNorm2d, build_norm2d
 from .pooling import pool_cells
-from .pos_embed import resize_pos_map
-from .pyramid import RESCALES, build_rescale
+from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
+from .pyramid import build_rescale
 from .stage import BackboneStage
-from .transformer import MultiheadSelfAttention, TransformerLayer
+from .transformer import MultiheadSelfAttention, ReducedAttention, TransformerLayer
 from .weight_init import trunc_normal_init
 from .windows import (
                         ceil_div,
@@ -30,8 +30,9 @@ __all__ = [
     'build_inplace_activation',
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'split_heads',
     'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
-    'resize_pos_map', 'RESCALES',
-    'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'TransformerLayer',
+    'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows',
+    'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',
+    'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
     'window_key_mask', 'is_exporting', 'ceil_div', 'trunc_normal_init'
 ]

@@ -33,7 +33,8 @@ def multihead_attention(q: torch.Tensor,
                         key_mask: Optional[torch.Tensor] = None,
                         scale: Optional[float] = None,
                         dropout_p: float = 0.,
-                        kernel: str = 'auto') -> torch.Tensor:
+                        kernel: str = 'auto',
+                        attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Scaled dot-product attention of token groups, heads split from the channels.
 
     Args:
@@ -50,6 +51,9 @@ def multihead_attention(q: torch.Tensor,
             written out) or ``'auto'``: matmul for short CPU sequences, where it is faster.
             While exporting (:func:`is_exporting`) every kernel becomes plain matmul attention
             with an additive finite mask, the form ONNX runtimes and MMDeploy rewrites handle.
+        attn_bias (Tensor, optional): A float bias added to the logits, broadcastable to
+            (B, heads, Nq, Nk): a learned position bias (PyramidTNT's ``relative_pos``). It
+            takes the logits' dtype (the projections' under autocast).
 
     Returns:
         Tensor: (B, Nq, Cv).
@@ -62,14 +66,20 @@ def multihead_attention(q: torch.Tensor,
         groups = key_mask.shape[0]
         attn_mask = key_mask[:, None, None, :].repeat(q.shape[0] // groups, 1, 1, 1)
     q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
+    if attn_bias is not None:
+        attn_bias = attn_bias.to(q.dtype)
     if is_exporting():
-        return merge_heads(_export_attention(q, k, v, attn_mask, scale))
+        return merge_heads(_export_attention(q, k, v, attn_mask, scale, attn_bias))
     if kernel == 'auto':
         short = q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE
         kernel = 'matmul' if short else 'sdpa'
     if kernel == 'matmul':
-        out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p)
+        out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias)
     elif kernel == 'sdpa':
+        if attn_bias is not None:
+            # One float mask: the bias, and the dtype's lowest value at padded keys.
+            attn_mask = attn_bias if attn_mask is None else torch.where(
+                attn_mask, attn_bias, torch.finfo(attn_bias.dtype).min)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                              scale=scale)
     else:
@@ -82,20 +92,24 @@ def multihead_attention(q: torch.Tensor,
 EXPORT_MASK_VALUE = -1e4
 
 
-def _export_attention(q, k, v, attn_mask, scale):
+def _export_attention(q, k, v, attn_mask, scale, attn_bias=None):
     """Attention for traced / exported graphs: matmul, softmax, an additive finite mask, no
     dropout (export is inference)."""
     scale = q.shape[-1]**-0.5 if scale is None else scale
     logits = (q * scale) @ k.transpose(-2, -1)
+    if attn_bias is not None:
+        logits = logits + attn_bias
     if attn_mask is not None:
         logits = logits + (~attn_mask).to(logits.dtype) * EXPORT_MASK_VALUE
     return logits.softmax(dim=-1) @ v
 
 
-def _matmul_attention(q, k, v, attn_mask, scale, dropout_p):
+def _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias=None):
     """SDPA's maths, written out: the faster path for short sequences on the CPU."""
     scale = q.shape[-1]**-0.5 if scale is None else scale
     logits = (q * scale) @ k.transpose(-2, -1)
+    if attn_bias is not None:
+        logits = logits + attn_bias
     if attn_mask is not None:
         # The dtype's most negative finite value, not -inf: it cannot overflow in half precision,
         # and even a row with no valid key stays finite (uniform weights) instead of NaN.

@@ -51,3 +51,61 @@ def cubic_near(x: torch.Tensor) -> torch.Tensor:
 def cubic_far(x: torch.Tensor) -> torch.Tensor:
     """Keys' kernel for 1 < |x| < 2."""
     return ((CUBIC_A * x - 5 * CUBIC_A) * x + 8 * CUBIC_A) * x - 4 * CUBIC_A
+
+
+def resize_attn_bias(bias: torch.Tensor, query_grid: Tuple[int, int], key_grid: Tuple[int, int],
+                     new_query_grid: Tuple[int, int],
+                     new_key_grid: Tuple[int, int]) -> torch.Tensor:
+    """Resize a learned (1, heads, h * w, hk * wk) attention bias to other token grids.
+
+    The bias between queries on an h x w grid and keys on an hk x wk grid (both row-major) is read
+    as a 4-D map (query row, query column, key row, key column) and resized bicubically along
+    each axis with :func:`resize_pos_map`: the query axes, then the key axes (the interpolation
+    is separable, so the order changes only rounding). A query keeps the bias it had to a key at
+    the same place in the image, interpolated between the positions the table was learned at.
+    The bias is returned unchanged when the grids are its own (exact at the pre-training size).
+    """
+    if not is_exporting() and (tuple(query_grid), tuple(key_grid)) == (tuple(new_query_grid),
+                                                                       tuple(new_key_grid)):
+        return bias
+    heads = bias.shape[1]
+    (rows, cols), (key_rows, key_cols) = query_grid, key_grid
+    new_rows, new_cols = new_query_grid
+    x = bias.reshape(heads, rows, cols, key_rows * key_cols).permute(0, 3, 1, 2)
+    x = resize_pos_map(x.reshape(1, -1, rows, cols), new_query_grid)
+    x = x.reshape(heads, key_rows, key_cols, new_rows * new_cols).permute(0, 3, 1, 2)
+    # Last, the largest step: its output is the (queries x keys) bias, already in that layout.
+    x = resize_pos_map(x.reshape(1, -1, key_rows, key_cols), new_key_grid)
+    return x.reshape(1, heads, new_rows * new_cols, -1)
+
+
+class AttnBiasRows:
+    """:func:`resize_attn_bias` made a few rows of the new query grid at a time, so that the whole
+    (queries x keys) bias never exists at once: iterating gives ``(start, end, bias)`` with
+    ``bias`` (1, heads, end - start, keys) for the queries ``start:end`` (whole grid rows, at
+    most ``max_queries`` unless one row is longer).
+
+    The key axes are resized first, for every query of the learned grid (a table of h * w x new
+    keys), then each chunk's query rows by the bicubic matrices of :func:`bicubic_matrix`: the
+    same numbers as :func:`resize_attn_bias` up to rounding.
+    """
+
+    def __init__(self, bias: torch.Tensor, query_grid: Tuple[int, int],
+                 key_grid: Tuple[int, int], new_query_grid: Tuple[int, int],
+                 new_key_grid: Tuple[int, int], max_queries: int):
+        heads = bias.shape[1]
+        rows, cols = query_grid
+        table = resize_pos_map(bias.reshape(1, heads * rows * cols, *key_grid), new_key_grid)
+        self.table = table.reshape(heads, rows, cols, -1).permute(0, 3, 1, 2)  # (heads, nk, h, w)
+        self.row_matrix, self.col_matrix = (
+            bicubic_matrix(n_in, n_out, bias.dtype, bias.device)
+            for n_in, n_out in zip(query_grid, new_query_grid))
+        self.width = new_query_grid[1]
+        self.step = max(1, max_queries // self.width)
+
+    def __iter__(self):
+        for top in range(0, self.row_matrix.shape[0], self.step):
+            rows = self.row_matrix[top:top + self.step]
+            chunk = rows @ self.table @ self.col_matrix.transpose(0, 1)  # (heads, nk, r, W)
+            chunk = chunk.flatten(2).transpose(1, 2).contiguous()[None]
+            yield top * self.width, (top + rows.shape[0]) * self.width, chunk

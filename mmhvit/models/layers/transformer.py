@@ -1,5 +1,5 @@
-"""The pre-norm transformer layer NesT and TNT share, and its self-attention."""
-from typing import Optional
+"""The pre-norm transformer layer NesT, TNT and PyramidTNT share, and its attentions."""
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -7,7 +7,9 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
+from .hmhsa import pool_cells
 from .mlp import Mlp
+from .pos_embed import AttnBiasRows
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -42,6 +44,64 @@ class MultiheadSelfAttention(nn.Module):
         return self.proj_drop(self.proj(x))
 
 
+class ReducedAttention(nn.Module):
+    """Attention of tokens on an h x w grid to keys and values pooled from it: queries ``q(x)``
+    against ``kv(norm(reduce(AvgPool_sr(x))))`` (PVT's spatial reduction; ``kv(x)`` when sr = 1),
+    plus an optional additive (queries x keys) bias; PyramidTNT's outer ``Attention``. A partial
+    pooled cell at the bottom / right border averages the tokens that exist (:func:`pool_cells`),
+    so no padding enters a key.
+
+    Args:
+        embed_dims (int): Token channels.
+        num_heads (int): Heads.
+        sr_ratio (int): Pooling of the keys and values (cells of sr x sr tokens).
+        qkv_bias (bool): Bias of ``q`` and ``kv``.
+        attn_drop_rate (float): Dropout on the attention weights.
+        proj_drop_rate (float): Dropout after the output projection.
+        norm_cfg (dict): The norm after the reduction.
+    """
+
+    def __init__(self, embed_dims: int, num_heads: int, sr_ratio: int = 1, qkv_bias: bool = False,
+                 attn_drop_rate: float = 0., proj_drop_rate: float = 0.,
+                 norm_cfg: dict = dict(type='LN')):
+        super().__init__()
+        if embed_dims % num_heads:
+            raise ValueError(f'embed_dims {embed_dims} is not divisible by num_heads {num_heads}')
+        self.num_heads, self.sr_ratio, self.attn_drop_rate = num_heads, sr_ratio, attn_drop_rate
+        self.attn_kernel = 'auto'  # see set_attention_kernel
+        self.q = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
+        self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)  # rows: k, then v
+        if sr_ratio > 1:
+            self.reduce = nn.Linear(embed_dims, embed_dims)
+            self.reduce_norm = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.proj = nn.Linear(embed_dims, embed_dims)
+        self.proj_drop = nn.Dropout(proj_drop_rate)
+
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                grid: Optional[Tuple[int, int]] = None,
+                attn_bias: Union[torch.Tensor, AttnBiasRows, None] = None) -> torch.Tensor:
+        """x: (B, h * w, C) tokens of an h x w ``grid``; ``attn_bias``: (1, heads, queries,
+        keys), or :class:`AttnBiasRows` to attend a few query rows at a time."""
+        keys = x
+        if self.sr_ratio > 1:
+            keys = x.transpose(1, 2).reshape(x.shape[0], -1, *grid)
+            keys = pool_cells(keys, self.sr_ratio, 'avg').flatten(2).transpose(1, 2)
+            keys = self.reduce_norm(self.reduce(keys))
+        k, v = self.kv(keys).chunk(2, dim=-1)
+        q = self.q(x)
+        if isinstance(attn_bias, AttnBiasRows):
+            out = torch.cat([self._attend(q[:, start:end], k, v, key_mask, bias)
+                             for start, end, bias in attn_bias], dim=1)
+        else:
+            out = self._attend(q, k, v, key_mask, attn_bias)
+        return self.proj_drop(self.proj(out))
+
+    def _attend(self, q, k, v, key_mask, bias):
+        return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask, attn_bias=bias,
+                                   dropout_p=self.attn_drop_rate if self.training else 0.,
+                                   kernel=self.attn_kernel)
+
+
 class TransformerLayer(nn.Module):
     """``x + drop_path(attn(norm1(x)))``, then ``x + drop_path(feed_forward(norm2(x)))``.
 
@@ -55,22 +115,32 @@ class TransformerLayer(nn.Module):
         drop_path_rate (float): Stochastic depth of this layer.
         norm_cfg (dict): Norm layers (over the last dimension).
         act_cfg (dict): MLP activation.
+        norm_shape (Sequence[int], optional): The trailing dimensions both norms normalise
+            jointly (a LayerNorm's ``normalized_shape``); default ``(embed_dims, )``, each token
+            alone. PyramidTNT's inner layers normalise the 16 words of a sentence together:
+            ``(16, embed_dims)``.
+        attn (nn.Module, optional): The attention, called as ``attn(x, key_mask=...,
+            **attn_kwargs)``; default :class:`MultiheadSelfAttention` (from ``num_heads``,
+            ``qkv_bias``, ``attn_drop_rate``, ``drop_rate``).
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_ratio: float = 4.,
                  qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0., norm_cfg: dict = dict(type='LN'),
-                 act_cfg: dict = dict(type='GELU')):
+                 act_cfg: dict = dict(type='GELU'), norm_shape: Optional[Sequence[int]] = None,
+                 attn: Optional[nn.Module] = None):
         super().__init__()
-        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MultiheadSelfAttention(embed_dims, num_heads, qkv_bias, attn_drop_rate,
-                                           drop_rate)
-        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        norm_shape = embed_dims if norm_shape is None else tuple(norm_shape)
+        self.norm1 = build_norm_layer(norm_cfg, norm_shape)[1]
+        self.attn = attn if attn is not None else MultiheadSelfAttention(
+            embed_dims, num_heads, qkv_bias, attn_drop_rate, drop_rate)
+        self.norm2 = build_norm_layer(norm_cfg, norm_shape)[1]
         self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), act_cfg, drop_rate)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), key_mask))
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                **attn_kwargs) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), key_mask=key_mask, **attn_kwargs))
         return x + self.drop_path(self.feed_forward(self.norm2(x), key_mask))
 
     def feed_forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor]) -> torch.Tensor:

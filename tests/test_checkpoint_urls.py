@@ -1,0 +1,200 @@
+"""Checkpoints given by URL, served from 127.0.0.1 (``release_server`` in conftest.py): downloaded
+once into torch's hub cache, checked against a ``-<sha256 prefix>`` name, converted on load, equal
+to the same file loaded from a path, one clear error offline, and never unpickled beyond weights
+at any entry point (init_cfg, converters, MMEngine's loader, tools/train.py load_from and
+--resume, tools/test.py, the demo)."""
+import hashlib
+import io
+import json
+import pickle
+import socket
+
+import pytest
+import torch
+from conftest import REPO
+from test_quickstart import run_in_process, subset_options
+from test_reliability import CodeRunner
+from test_transcnn import TINY, assert_close, official_shapes, random_state_dict, reference_forward
+
+from mmhvit.models.backbones import TransCNN
+from mmhvit.models.checkpoint import read_state_dict
+from mmhvit.models.checkpoint_url import (
+    CheckpointDownloadError,
+    CheckpointHashError,
+    expected_hash_prefix,
+)
+from mmhvit.models.converters.files import convert_file
+
+CLASSIFIER = 'configs/quickstart/classifier_transcnn-q_20e_shapes.py'
+
+
+def pretrained(checkpoint):
+    model = TransCNN(TINY, drop_path_rate=0., init_cfg=dict(type='Pretrained',
+                                                           checkpoint=str(checkpoint)))
+    model.init_weights()
+    return model.eval()
+
+
+def saved_bytes(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def test_url_is_downloaded_once_converted_and_equals_the_path(release_server, tmp_path):
+    official = random_state_dict(official_shapes(TINY), seed=4, dtype=torch.float32)
+    data = saved_bytes({'model': official, 'epoch': 299})
+    url = release_server.put('TransCNN-Tiny.pth', data)
+    local = tmp_path / 'TransCNN-Tiny.pth'
+    local.write_bytes(data)
+
+    by_url = pretrained(url)
+    assert release_server.count('TransCNN-Tiny.pth') == 1
+    cached = release_server.cache_dir / 'TransCNN-Tiny.pth'
+    assert cached.read_bytes() == data
+    again = pretrained(url)  # reused from the cache: no second request
+    assert release_server.count('TransCNN-Tiny.pth') == 1
+    by_path = pretrained(local)
+
+    x = torch.randn(1, 3, 128, 128)
+    with torch.no_grad():
+        outputs = [model(x) for model in (by_url, again, by_path)]
+        expected, _ = reference_forward(official, x, TINY)  # the official equations
+    for from_url, from_cache, from_path, ref in zip(*outputs, expected):
+        assert torch.equal(from_url, from_path) and torch.equal(from_cache, from_path)
+        assert_close(from_url, ref, 1e-4)
+
+
+def test_hash_suffix_is_checked_against_the_sha256(release_server):
+    assert expected_hash_prefix('retinanet_r50_fpn_1x_coco_20200130-c2398f9e.pth') == 'c2398f9e'
+    assert expected_hash_prefix('x-1234abcd.pth.tar') == '1234abcd'
+    for plain_name in ('HAT-Net_Small.pth', 'TransCNN-Small.pth', 'tnt_s_81.5.pth.tar'):
+        assert expected_hash_prefix(plain_name) is None
+    data = saved_bytes({'state_dict': {'w': torch.arange(6.)}})
+    sha = hashlib.sha256(data).hexdigest()
+
+    good = release_server.put(f'weights-{sha[:8]}.pth', data)
+    assert torch.equal(read_state_dict(good)['w'], torch.arange(6.))
+
+    bad = release_server.put('weights-deadbeef.pth', data)
+    with pytest.raises(CheckpointHashError) as info:
+        read_state_dict(bad)
+    message = str(info.value)
+    assert bad in message and 'deadbeef' in message and sha in message
+    assert sorted(p.name for p in release_server.cache_dir.iterdir()) == [
+        f'weights-{sha[:8]}.pth']  # neither the bad file nor a partial download is kept
+
+    cached = release_server.cache_dir / f'weights-{sha[:8]}.pth'
+    cached.write_bytes(data[:-10] + bytes(10))  # a damaged cached copy is not trusted either
+    with pytest.raises(CheckpointHashError, match=f'cached copy {cached}'):
+        read_state_dict(good)
+
+
+def test_unreachable_url_gives_one_error_naming_it(release_server):
+    with socket.socket() as sock:  # a port that nobody listens on: what no network looks like
+        sock.bind(('127.0.0.1', 0))
+        port = sock.getsockname()[1]
+    offline = f'http://127.0.0.1:{port}/releases/TransCNN-Small.pth'
+    with pytest.raises(CheckpointDownloadError) as info:
+        pretrained(offline)
+    message = str(info.value)
+    assert offline in message and 'refused' in message.lower()
+    assert f'wget {offline}' in message and 'local path' in message and 'checkpoint=' in message
+    assert str(release_server.cache_dir / 'TransCNN-Small.pth') in message
+
+    missing = release_server.url('no_such_file.pth')
+    with pytest.raises(CheckpointDownloadError,
+                       match=f'{missing}: the server answered HTTP Error 404'):
+        read_state_dict(missing)
+
+
+# --- a code-running pickle by URL, at every entry point -------------------------------------------
+@pytest.fixture
+def hostile_url(release_server, tmp_path):
+    marker = tmp_path / 'code_ran'
+    url = release_server.put('evil.pth', {'state_dict': {'w': torch.ones(1)},
+                                          'payload': CodeRunner(marker)})
+    yield url
+    assert not marker.exists(), 'a checkpoint given by URL ran code'
+
+
+def test_library_entry_points_refuse_a_code_running_url(hostile_url, monkeypatch):
+    from mmengine.runner import checkpoint as mmengine_checkpoint
+    from mmengine.runner.checkpoint import _load_checkpoint
+    refused = f'refused to load checkpoint {hostile_url}'
+    loads = {
+        'read_state_dict': lambda: read_state_dict(hostile_url),
+        'init_cfg Pretrained': lambda: pretrained(hostile_url),
+        # MMEngine's own loader, as mmdet / mmseg / mmpretrain models and the Runner call it
+        'MMEngine CheckpointLoader': lambda: _load_checkpoint(hostile_url, map_location='cpu'),
+        # a name resolved to a URL by MMEngine (open-mmlab://, torchvision://, mmcls://)
+        'open-mmlab://': lambda: _load_checkpoint('open-mmlab://evil', map_location='cpu'),
+    }
+    monkeypatch.setattr(mmengine_checkpoint, 'get_external_models', lambda: {'evil': hostile_url})
+    for family in ('transcnn', 'hatnet', 'nest', 'tnt', 'ptnt'):
+        loads[f'mmhvit convert {family}'] = lambda f=family: convert_file(f, hostile_url,
+                                                                          '/dev/null')
+    for name, load in loads.items():
+        with pytest.raises(pickle.UnpicklingError, match=refused):
+            load()
+
+
+def test_convert_command_answers_a_code_running_url_with_one_line(hostile_url, tmp_path,
+                                                                  capsys):
+    from mmhvit.cli import main
+    dst = tmp_path / 'out.pth'
+    with pytest.raises(SystemExit) as exit_info:
+        main(['convert', 'tnt', hostile_url, str(dst)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 1 and not out and not dst.exists()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f'error: refused to load checkpoint {hostile_url}')
+
+
+@pytest.mark.parametrize('entry', ['train load_from', 'train --resume', 'test', 'demo'])
+def test_tools_refuse_a_code_running_url(entry, hostile_url, tiny_shapes, tmp_path, capsys):
+    work_dir = tmp_path / 'work'
+    options = subset_options('classifier', tiny_shapes, work_dir, f'url_{entry}'.replace(' ', '_'))
+    refused = f'refused to load checkpoint {hostile_url}'
+    if entry == 'demo':
+        from mmhvit.apis import infer_image
+        image = sorted((tiny_shapes / 'crops' / 'val' / 'square').glob('*.png'))[0]
+        with pytest.raises(pickle.UnpicklingError, match=refused):
+            infer_image(str(image), f'{REPO}/{CLASSIFIER}', hostile_url, device='cpu')
+        return
+    args = {
+        'train load_from': ('tools/train.py', CLASSIFIER, '--work-dir', str(work_dir),
+                            '--cfg-options', *options, f'load_from={hostile_url}'),
+        'train --resume': ('tools/train.py', CLASSIFIER, '--work-dir', str(work_dir), '--resume',
+                           hostile_url, '--cfg-options', *options),
+        'test': ('tools/test.py', CLASSIFIER, hostile_url, '--work-dir', str(work_dir),
+                 '--cfg-options', *options),
+    }[entry]
+    with pytest.raises(SystemExit) as exit_info:  # the tool's one line, no traceback
+        run_in_process(*args)
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith('error: ' + refused)
+
+
+def test_test_tool_and_demo_load_weights_by_url(release_server, tiny_shapes, tmp_path, capsys):
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+
+    from mmhvit.apis import infer_image
+    cfg = Config.fromfile(f'{REPO}/{CLASSIFIER}')
+    init_default_scope('mmpretrain')
+    torch.manual_seed(0)
+    classifier = MODELS.build(cfg.model)
+    url = release_server.put('classifier_transcnn-q.pth', {
+        'state_dict': classifier.state_dict(),
+        'meta': {'dataset_meta': {'classes': list(cfg.classes)}}})
+    metrics_file = tmp_path / 'metrics.json'
+    run_in_process('tools/test.py', CLASSIFIER, url, '--work-dir', str(tmp_path / 'work'),
+                   '--metrics-out', str(metrics_file), '--cfg-options',
+                   *subset_options('classifier', tiny_shapes, tmp_path / 'work', 'url_test_ok'))
+    assert 'accuracy/top1' in json.loads(metrics_file.read_text())
+    image = sorted((tiny_shapes / 'crops' / 'val' / 'square').glob('*.png'))[0]
+    printed = infer_image(str(image), f'{REPO}/{CLASSIFIER}', url, device='cpu')
+    assert printed.startswith('class ') and 'score ' in printed
+    assert release_server.count('classifier_transcnn-q.pth') == 1  # the demo used the cache
