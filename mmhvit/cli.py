@@ -1,20 +1,24 @@
-"""The ``mmhvit`` command (also ``python -m mmhvit``): the configs and model zoo of an installed
-mmhvit, without its source tree.
+"""The ``mmhvit`` command (also ``python -m mmhvit``): the configs, model zoo and checkpoint
+converters of an installed mmhvit, without its source tree.
 
     mmhvit list                    # the configs (paths under configs/)
     mmhvit zoo                     # the model zoo of configs/metafile.yml
     mmhvit path [CONFIG]           # where an installed config is (no CONFIG: configs/ tools/ demo/)
     mmhvit dump CONFIG DIR         # DIR/<config>.py, every base merged in: start from it anywhere
     mmhvit demo IMAGE CONFIG [CHECKPOINT] --out-file out.png   # = demo/image_demo.py
+    mmhvit convert FAMILY SRC DST  # official / timm / mmpretrain weights -> an mmhvit classifier
 
-CONFIG is a path under configs/ (``.py`` optional), a model-zoo name or a config's file name.
+CONFIG is a path under configs/ (``.py`` optional), a model-zoo name or a config's file name. A
+user's mistake (a missing config or file, a file of another family) ends with one line
+``error: ...`` and exit status 1; ``--debug`` shows its traceback.
 """
 import argparse
+import functools
 import os
 import os.path as osp
-import sys
 
 from mmhvit.mim import find_config, list_configs, mim_root, model_zoo
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors
 from mmhvit.version import __version__
 
 
@@ -66,35 +70,53 @@ def _demo(args):
     print(f'drawing: {args.out_file}')
 
 
+def _convert(args):
+    from mmhvit.models.converters.files import conversion_summary, convert_file
+    options = {}
+    for option, family in (('num_heads', 'nest'), ('arch', 'ptnt')):
+        if getattr(args, option) is not None:
+            if args.family != family:
+                raise ValueError(f'--{option.replace("_", "-")} is an option of {family}, not of '
+                                 f'{args.family}')
+            options[option] = getattr(args, option)
+    meta = convert_file(args.family, args.src, args.dst, **options)
+    print(conversion_summary(args.family, args.src, args.dst, meta))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mmengine.config import DictAction
     parser = argparse.ArgumentParser(
-        prog='mmhvit', description='Configs and model zoo of mmhvit (TransCNN, NesT, TNT).',
+        prog='mmhvit',
+        description='Configs, model zoo and converters of mmhvit (TransCNN, HAT-Net, NesT, TNT, '
+        'PyramidTNT).',
         epilog=f'files: {mim_root()}')
     parser.add_argument('--version', action='version', version=f'mmhvit {__version__}')
     commands = parser.add_subparsers(dest='command', required=True, metavar='COMMAND')
+    debug = argparse.ArgumentParser(add_help=False)
+    add_debug_argument(debug)
+    add_command = functools.partial(commands.add_parser, parents=[debug])  # all take --debug
 
-    sub = commands.add_parser('list', help='list the configs')
+    sub = add_command('list', help='list the configs')
     sub.add_argument('--all', action='store_true', help='also the bases (_name.py)')
     sub.set_defaults(func=_list)
 
-    sub = commands.add_parser('zoo', help='list the model zoo (configs/metafile.yml)')
+    sub = add_command('zoo', help='list the model zoo (configs/metafile.yml)')
     sub.set_defaults(func=_zoo)
 
-    sub = commands.add_parser(
+    sub = add_command(
         'path', help="print a config's installed path; without CONFIG the folder that holds "
         'configs/, tools/ (train.py, test.py, ...), demo/ and model-index.yml')
     sub.add_argument('config', nargs='?', help='path under configs/, model-zoo name or file name')
     sub.set_defaults(func=_path)
 
-    sub = commands.add_parser('dump', help='write a config with its bases merged into DIR')
+    sub = add_command('dump', help='write a config with its bases merged into DIR')
     sub.add_argument('config', help='path under configs/, model-zoo name or file name')
     sub.add_argument('dir', help='output directory (created if missing)')
     sub.add_argument('--cfg-options', nargs='+', action=DictAction,
                      help='override settings, key=value as in tools/train.py')
     sub.set_defaults(func=_dump)
 
-    sub = commands.add_parser('demo', help='run a config on one image and draw the result')
+    sub = add_command('demo', help='run a config on one image and draw the result')
     sub.add_argument('image', help='input image')
     sub.add_argument('config', help='config path or name')
     sub.add_argument('checkpoint', nargs='?', help='weights (default: none, random init)')
@@ -103,15 +125,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument('--score-thr', type=float, default=0.3,
                      help='detection: boxes below this score are not drawn (default 0.3)')
     sub.set_defaults(func=_demo)
+
+    _add_convert_command(add_command)
     return parser
 
 
+def _add_convert_command(add_command) -> None:
+    sub = add_command(
+        'convert', help='convert official / timm / mmpretrain weights into an MMPretrain '
+        'classifier checkpoint that the family\'s configs/*_in1k.py loads',
+        description='transcnn: official TransCNN-*.pth; hatnet: official HAT-Net_*.pth; nest: '
+        'timm nest_*_jx (official JAX weights) or nest_* (also set model.backbone.pool_padding='
+        '"symmetric"); tnt: official tnt_*.pth.tar, timm or mmpretrain TNT; ptnt: official '
+        'PyramidTNT ptnt_*.pth.tar. SRC may be .pth, .pth.tar or .safetensors, a path or an '
+        'http(s) URL (downloaded once into the torch hub cache, a -<sha256 prefix> in its name '
+        'checked); it is read weights-only.')
+    sub.add_argument('family', choices=('transcnn', 'hatnet', 'nest', 'tnt', 'ptnt'))
+    sub.add_argument('src', help='the checkpoint to convert: a path or an http(s) URL')
+    sub.add_argument('dst', help='the .pth to write')
+    sub.add_argument('--num-heads', type=int, nargs=3, metavar='H',
+                     help='nest: attention heads per level (default: channels / 32, as official; '
+                     'only custom archs need it)')
+    sub.add_argument('--arch', help='ptnt: refuse a file of another arch (tiny, small, medium, '
+                     'base)')
+    sub.set_defaults(func=_convert)
+
+
+@reports_user_errors
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except FileNotFoundError as error:
-        sys.exit(f'mmhvit {args.command}: {error}')
+    args.func(args)
 
 
 if __name__ == '__main__':

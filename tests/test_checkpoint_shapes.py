@@ -16,13 +16,14 @@ from test_hatnet import SMALL, our_arch
 from test_hatnet import official_shapes as hatnet_shapes
 from test_hatnet import random_state_dict as hatnet_random
 from test_nest import ARCH4
-from test_reliability import CodeRunner, load_converter
+from test_reliability import CodeRunner
 from test_tnt import TINY as TNT_TINY
 from test_tnt import timm_tiny as timm_tnt
 from test_transcnn import TINY, official_shapes, random_state_dict
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
+from mmhvit.models.converters.files import convert_file
 
 timm = pytest.importorskip('timm')
 
@@ -128,7 +129,6 @@ def test_official_file_shapes_load_from_path_and_url(family, shape, release_serv
             torch.load(path, weights_only=True)
     url = release_server.put(path.name, path.read_bytes())
     expected = model.convert_checkpoint(weights)  # the plain weights, never the EMA copy
-    converter = load_converter(CONVERTERS[family])
     converted = {}
     for source in (str(path), url):
         model.init_cfg = dict(type='Pretrained', checkpoint=source)
@@ -136,7 +136,7 @@ def test_official_file_shapes_load_from_path_and_url(family, shape, release_serv
         loaded = model.state_dict()
         assert expected and all(torch.equal(loaded[k], v) for k, v in expected.items()), source
         dst = tmp_path / f'converted{len(converted)}.pth'
-        converter.convert(source, str(dst))
+        convert_file(CONVERTERS[family], source, str(dst))
         converted[source] = torch.load(dst, weights_only=True)['state_dict']
     from_path, from_url = converted.values()
     assert from_path.keys() == from_url.keys()

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import REPO
 from test_quickstart import run_in_process, subset_options
-from test_reliability import CodeRunner, load_converter
+from test_reliability import CodeRunner
 from test_transcnn import TINY, assert_close, official_shapes, random_state_dict, reference_forward
 
 from mmhvit.models.backbones import TransCNN
@@ -23,6 +23,7 @@ from mmhvit.models.checkpoint_url import (
     CheckpointHashError,
     expected_hash_prefix,
 )
+from mmhvit.models.converters.files import convert_file
 
 CLASSIFIER = 'configs/quickstart/classifier_transcnn-q_20e_shapes.py'
 
@@ -130,32 +131,49 @@ def test_library_entry_points_refuse_a_code_running_url(hostile_url, monkeypatch
         'open-mmlab://': lambda: _load_checkpoint('open-mmlab://evil', map_location='cpu'),
     }
     monkeypatch.setattr(mmengine_checkpoint, 'get_external_models', lambda: {'evil': hostile_url})
-    for family in ('transcnn', 'hatnet', 'nest', 'tnt'):
-        converter = load_converter(family)
-        loads[f'{family}2mmhvit.py'] = lambda c=converter: c.convert(hostile_url, '/dev/null')
+    for family in ('transcnn', 'hatnet', 'nest', 'tnt', 'ptnt'):
+        loads[f'mmhvit convert {family}'] = lambda f=family: convert_file(f, hostile_url,
+                                                                          '/dev/null')
     for name, load in loads.items():
         with pytest.raises(pickle.UnpicklingError, match=refused):
             load()
 
 
+def test_convert_command_answers_a_code_running_url_with_one_line(hostile_url, tmp_path,
+                                                                  capsys):
+    from mmhvit.cli import main
+    dst = tmp_path / 'out.pth'
+    with pytest.raises(SystemExit) as exit_info:
+        main(['convert', 'tnt', hostile_url, str(dst)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 1 and not out and not dst.exists()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f'error: refused to load checkpoint {hostile_url}')
+
+
 @pytest.mark.parametrize('entry', ['train load_from', 'train --resume', 'test', 'demo'])
-def test_tools_refuse_a_code_running_url(entry, hostile_url, tiny_shapes, tmp_path):
+def test_tools_refuse_a_code_running_url(entry, hostile_url, tiny_shapes, tmp_path, capsys):
     work_dir = tmp_path / 'work'
     options = subset_options('classifier', tiny_shapes, work_dir, f'url_{entry}'.replace(' ', '_'))
-    with pytest.raises(pickle.UnpicklingError, match=f'refused to load checkpoint {hostile_url}'):
-        if entry == 'train load_from':
-            run_in_process('tools/train.py', CLASSIFIER, '--work-dir', str(work_dir),
-                           '--cfg-options', *options, f'load_from={hostile_url}')
-        elif entry == 'train --resume':
-            run_in_process('tools/train.py', CLASSIFIER, '--work-dir', str(work_dir),
-                           '--resume', hostile_url, '--cfg-options', *options)
-        elif entry == 'test':
-            run_in_process('tools/test.py', CLASSIFIER, hostile_url, '--work-dir',
-                           str(work_dir), '--cfg-options', *options)
-        else:
-            from mmhvit.apis import infer_image
-            image = sorted((tiny_shapes / 'crops' / 'val' / 'square').glob('*.png'))[0]
+    refused = f'refused to load checkpoint {hostile_url}'
+    if entry == 'demo':
+        from mmhvit.apis import infer_image
+        image = sorted((tiny_shapes / 'crops' / 'val' / 'square').glob('*.png'))[0]
+        with pytest.raises(pickle.UnpicklingError, match=refused):
             infer_image(str(image), f'{REPO}/{CLASSIFIER}', hostile_url, device='cpu')
+        return
+    args = {
+        'train load_from': ('tools/train.py', CLASSIFIER, '--work-dir', str(work_dir),
+                            '--cfg-options', *options, f'load_from={hostile_url}'),
+        'train --resume': ('tools/train.py', CLASSIFIER, '--work-dir', str(work_dir), '--resume',
+                           hostile_url, '--cfg-options', *options),
+        'test': ('tools/test.py', CLASSIFIER, hostile_url, '--work-dir', str(work_dir),
+                 '--cfg-options', *options),
+    }[entry]
+    with pytest.raises(SystemExit) as exit_info:  # the tool's one line, no traceback
+        run_in_process(*args)
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith('error: ' + refused)
 
 
 def test_test_tool_and_demo_load_weights_by_url(release_server, tiny_shapes, tmp_path, capsys):

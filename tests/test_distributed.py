@@ -396,9 +396,9 @@ def test_fsdp_refuses_clipping_by_norm_and_a_single_process():
     from mmhvit.utils import prepare_runner_config
     cfg = Config(dict(strategy=dict(type='FSDPStrategy'),
                       optim_wrapper=dict(clip_grad=dict(max_norm=1.))))
-    with pytest.raises(RuntimeError, match='clip_grad'):
+    with pytest.raises(ValueError, match='clip_grad'):
         prepare_runner_config(copy.deepcopy(cfg), 'pytorch', '/tmp/unused')
-    with pytest.raises(RuntimeError, match='dist_train.sh'):
+    with pytest.raises(ValueError, match='dist_train.sh'):
         prepare_runner_config(cfg, 'none', '/tmp/unused')
 
 

@@ -8,7 +8,6 @@ plain float64 torch on an official-format state dict (its keys, 1x1 conv weights
 computation; at other sizes it is the computation in which no padded value exists at all.
 """
 import functools
-import importlib.util
 import math
 import os.path as osp
 
@@ -26,8 +25,13 @@ from test_transcnn import (
 )
 
 from mmhvit.models.backbones import HATNet, TransCNN
-from mmhvit.models.backbones.hatnet import convert_hatnet_checkpoint, describe_hatnet_checkpoint
-from mmhvit.models.backbones.transcnn import convert_transcnn_checkpoint, hmhsa_release
+from mmhvit.models.converters import (
+    convert_hatnet_checkpoint,
+    convert_transcnn_checkpoint,
+    describe_hmhsa_checkpoint,
+    hmhsa_release,
+)
+from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import hmhsa as hmhsa_module
 
 # The published parameter counts (HAT-Net README, 1000-class head, unused proj_norm included).
@@ -156,15 +160,6 @@ def converted_model(official, sd, **kwargs):
     return model
 
 
-def converter_script(name):
-    """A converter script, imported in-process (what ``python SCRIPT SRC DST`` runs)."""
-    path = osp.join(REPO, 'tools', 'model_converters', name)
-    spec = importlib.util.spec_from_file_location(name[:-3], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def meta_state_dict(shapes):
     return {k: torch.empty(s, device='meta') for k, s in shapes.items()}
 
@@ -194,7 +189,7 @@ def test_official_layout_and_param_counts(name):
     assert set(converted) == set(own)
     assert all(converted[k].shape == own[k].shape for k in own)
     assert convert_hatnet_checkpoint(own) is own  # our own keys pass through unchanged
-    assert describe_hatnet_checkpoint(converted) == name
+    assert describe_hmhsa_checkpoint(converted, HATNet) == name
     with_head = convert_hatnet_checkpoint(meta_state_dict(official), with_head=True)
     assert set(with_head) - set(own) == {'head.fc.weight', 'head.fc.bias'}
 
@@ -297,8 +292,8 @@ def test_init_cfg_refuses_a_transcnn_checkpoint(tmp_path):
     model = HATNet(our_arch(SMALL), init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     with pytest.raises(ValueError, match='a TransCNN checkpoint, not a HAT-Net one'):
         model.init_weights()
-    with pytest.raises(SystemExit, match='a TransCNN checkpoint, not a HAT-Net one'):
-        converter_script('hatnet2mmhvit.py').main([str(path), str(tmp_path / 'x.pth')])
+    with pytest.raises(ValueError, match='a TransCNN checkpoint, not a HAT-Net one'):
+        convert_file('hatnet', str(path), str(tmp_path / 'x.pth'))
     assert not (tmp_path / 'x.pth').exists()
 
 
@@ -306,8 +301,8 @@ def test_transcnn_converter_script_refuses_hatnet(tmp_path):
     sd = random_state_dict(official_shapes(SMALL), dtype=torch.float32)
     path = tmp_path / 'HAT-Net.pth'
     torch.save(sd, path)
-    with pytest.raises(SystemExit, match='a HAT-Net checkpoint, not a TransCNN one.*hatnet2mmhvit'):
-        converter_script('transcnn2mmhvit.py').main([str(path), str(tmp_path / 'x.pth')])
+    with pytest.raises(ValueError, match='a HAT-Net checkpoint, not a TransCNN one.*hatnet'):
+        convert_file('transcnn', str(path), str(tmp_path / 'x.pth'))
     assert not (tmp_path / 'x.pth').exists()
 
 
@@ -322,7 +317,7 @@ def test_init_cfg_loads_official_and_wrapped_checkpoints(wrap, tmp_path):
         torch.save({'model': {'module.' + k: v for k, v in sd.items()}}, path)
     else:  # our classifier checkpoint (backbone.* and head.fc.*), written by the converter
         torch.save(sd, tmp_path / 'official.pth')
-        converter_script('hatnet2mmhvit.py').main([str(tmp_path / 'official.pth'), str(path)])
+        convert_file('hatnet', str(tmp_path / 'official.pth'), str(path))
     model = HATNet(our_arch(SMALL), init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     model.eval()
@@ -348,7 +343,7 @@ def test_config_errors():
         HATNet('huge')
     with pytest.raises(ValueError, match='HATNet: embed_dims .* divisible by num_heads'):
         HATNet(dict(our_arch(SMALL), num_heads=[3, 2, 2, 4]))
-    with pytest.raises(ValueError, match='HATNet: attn_mode'):
+    with pytest.raises(ValueError, match="H-MHSA mode must be one of .*'global'"):
         HATNet(our_arch(SMALL), attn_mode='global')
 
 

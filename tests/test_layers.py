@@ -4,8 +4,10 @@ import torch
 
 from mmhvit.models.backbones import TNT, NesT, PyramidTNT, TransCNN
 from mmhvit.models.layers import (
+    HMHSA,
     build_rescale,
     multihead_attention,
+    trunc_normal_init,
     window_key_mask,
     window_partition,
     window_reverse,
@@ -38,6 +40,33 @@ def test_window_key_mask_marks_padding():
     mask = window_key_mask(3, 3, 1, 1, 2, 2, torch.device('cpu'))
     assert mask.shape == (4, 4)
     assert mask.sum() == 9 and mask[0].all() and mask[3].tolist() == [True, False, False, False]
+
+
+@pytest.mark.parametrize('kwargs,message', [
+    (dict(mode='global'), "mode must be one of .*'global'"),
+    (dict(grid_size=0), 'grid_size must be an integer >= 1, got 0'),
+    (dict(ds_ratio=2.0), 'ds_ratio must be an integer >= 1, got 2.0'),
+    (dict(num_heads=3), 'num_heads must be >= 1 and divide embed_dims 8, got 3'),
+])
+def test_hmhsa_checks_its_own_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        HMHSA(**{'embed_dims': 8, 'num_heads': 2, **kwargs})
+
+
+def test_one_weight_init_for_every_family():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Conv2d(16, 256, 3),
+                                torch.nn.LayerNorm(256), torch.nn.BatchNorm2d(4))
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            torch.nn.init.constant_(param, 3.)
+    trunc_normal_init(model, layer_types=(torch.nn.Linear, ))
+    linear, conv, layer_norm, batch_norm = model
+    assert linear.weight.std().item() == pytest.approx(.02, rel=.1)
+    assert not linear.bias.any()
+    assert (conv.weight == 3).all()  # not one of layer_types: left as it was
+    for norm in (layer_norm, batch_norm):
+        assert (norm.weight == 1).all() and not norm.bias.any()
 
 
 def test_simple_pyramid_rescales():

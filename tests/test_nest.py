@@ -1,7 +1,6 @@
 """NesT: equivalence with timm (official weights), padding, position embeddings, tools, GradCAT
 (the contract shared by all backbones is in test_backbone_contract.py)."""
 import functools
-import importlib.util
 import os
 import os.path as osp
 
@@ -10,14 +9,9 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 
-from mmhvit.analysis.gradcat import block_scores, draw_gradcat, nest_gradcat
-from mmhvit.models.backbones.nest import (
-    NesT,
-    blocks_to_map,
-    convert_nest_checkpoint,
-    describe_nest_checkpoint,
-    map_to_blocks,
-)
+from mmhvit.analysis.gradcat import block_scores, classifier_gradcat, draw_gradcat, nest_gradcat
+from mmhvit.models.backbones.nest import NesT, blocks_to_map, map_to_blocks
+from mmhvit.models.converters import convert_nest_checkpoint, describe_nest_checkpoint
 
 timm = pytest.importorskip('timm')
 
@@ -236,11 +230,11 @@ def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
     own = model.state_dict()
     assert list(convert_nest_checkpoint(own, num_heads=model.arch_settings['num_heads'])) == \
         list(own)
-    assert describe_nest_checkpoint(ref.state_dict()) == \
+    assert describe_nest_checkpoint(ref.state_dict(), NesT) == \
         'custom(dims=[16, 32, 64], depths=[1, 2, 1])'
 
 
-def test_bad_arch_and_deprecated_spellings(tmp_path):
+def test_bad_arch_and_checkpoint_of_another_arch(tmp_path):
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'small'.*'tiny'"):
         NesT('huge')
     with pytest.raises(ValueError, match=r"missing \['num_heads'\]"):
@@ -251,14 +245,6 @@ def test_bad_arch_and_deprecated_spellings(tmp_path):
         tiny_nest(pool_padding='reflect')
     with pytest.raises(ValueError, match='multiples of 64'):
         tiny_nest(pretrain_img_size=96)
-    # this release's deprecated spellings build the same model
-    three_levels = {k: v[:3] for k, v in ARCH4.items() if k != 'block_size'}
-    with pytest.warns(DeprecationWarning, match='3-level'):
-        old = tiny_nest(arch=dict(three_levels, block_size=4), extra_depth=2, extra_num_heads=4)
-    assert old.arch_settings == tiny_nest(arch=dict(ARCH4, depths=[1, 2, 1, 2],
-                                                    num_heads=[2, 2, 4, 4])).arch_settings
-    with pytest.warns(DeprecationWarning, match='drop_path_rate=None'):
-        assert NesT('small', drop_path_rate=None, out_indices=(0, )).drop_path_rate == 0.3
 
     # a checkpoint of another arch: one error naming both
     ckpt = tmp_path / 'other.pth'
@@ -344,12 +330,10 @@ def test_gradcat_tool(tmp_path):
     image = tmp_path / 'image.png'
     Image.fromarray(ramp).save(image)
 
-    spec = importlib.util.spec_from_file_location(
-        'nest_gradcat_tool', osp.join(REPO, 'tools/analysis_tools/nest_gradcat.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    # what tools/analysis_tools/nest_gradcat.py runs
     out = tmp_path / 'path.png'
-    result = tool.main([str(config), str(ckpt), str(image), '--out', str(out),
-                        '--target-class', '2', '--img-size', '72', '100'])
+    result, resized = classifier_gradcat(str(config), str(ckpt), str(image), (72, 100),
+                                         target_class=2)
+    draw_gradcat(resized, result['path'], str(out))
     assert result['target_class'] == 2 and len(result['path']) == 3
     assert Image.open(out).size == (100, 72)

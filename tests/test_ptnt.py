@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO
 from ptnt_reference import official_shapes, r_bias, random_state_dict, reference_forward
-from test_hatnet import converter_script, meta_state_dict
+from test_hatnet import meta_state_dict
 from test_transcnn import assert_close
 from test_transcnn import read_official_keys as read_keys
 
 from mmhvit.models.backbones import PyramidTNT
 from mmhvit.models.converters import convert_ptnt_checkpoint, describe_ptnt_checkpoint
+from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import AttnBiasRows, resize_attn_bias
 from mmhvit.utils import count_flops
 
@@ -130,7 +131,7 @@ def test_converted_classifier_reproduces_official_logits(name, tmp_path):
     sd = random_state_dict(official_shapes(arch, size), seed=3, dtype=torch.float32)
     src, dst = tmp_path / f'ptnt_{name}.pth.tar', tmp_path / 'converted.pth'
     torch.save(sd, src)
-    converter_script('ptnt2mmhvit.py').main([str(src), str(dst), '--arch', name])
+    convert_file('ptnt', str(src), str(dst), arch=name)
     cfg = Config.fromfile(osp.join(REPO, 'configs', 'ptnt_s_in1k.py'))
     cfg.model.backbone.arch, cfg.model.head.in_channels = name, arch['embed_dims'][3]
     init_default_scope('mmpretrain')
@@ -264,11 +265,10 @@ def test_other_families_and_archs_are_refused(tmp_path):
     torch.save(tnt, tmp_path / 'tnt.pth')
     path = tmp_path / 'ptnt_s.pth.tar'
     torch.save(random_state_dict(official_shapes(SMALL, 64), dtype=torch.float32), path)
-    tool = converter_script('ptnt2mmhvit.py')
-    with pytest.raises(SystemExit, match='a TNT checkpoint.*tnt2mmhvit'):
-        tool.main([str(tmp_path / 'tnt.pth'), str(tmp_path / 'x.pth')])
-    with pytest.raises(SystemExit, match=r'a PyramidTNT custom \(embed_dims=\[16.*not small'):
-        tool.main([str(path), str(tmp_path / 'x.pth'), '--arch', 's'])
+    with pytest.raises(ValueError, match='a TNT checkpoint.*mmhvit convert tnt'):
+        convert_file('ptnt', str(tmp_path / 'tnt.pth'), str(tmp_path / 'x.pth'))
+    with pytest.raises(ValueError, match=r'a PyramidTNT custom \(embed_dims=\[16.*not small'):
+        convert_file('ptnt', str(path), str(tmp_path / 'x.pth'), arch='s')
     assert not (tmp_path / 'x.pth').exists()
 
 

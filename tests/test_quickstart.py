@@ -168,13 +168,9 @@ def test_upernet_starts_from_its_classifier(backbone, tmp_path):
 
 
 def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'grad_norms', osp.join(REPO, 'tools', 'analysis_tools', 'grad_norms.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from mmhvit.analysis.grad_norms import grad_norms
     root = str(tiny_shapes) + '/'
-    norms = tool.grad_norms(
+    norms = grad_norms(
         osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_10e_shapes.py'), batches=1,
         options={'train_dataloader.batch_size': 2, 'train_dataloader.dataset.data_root': root,
                  'experiment_name': 'grad_norms'})
@@ -186,11 +182,7 @@ def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
 
 
 def test_results_tool_checks_the_targets():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'quickstart_results', osp.join(REPO, 'tools', 'analysis_tools', 'quickstart_results.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from mmhvit.analysis import quickstart as tool
 
     def row(backbone, top1, start):
         return dict(config=f'classifier_{backbone}_20e_shapes.py', algo='classifier', task='cls',
@@ -206,11 +198,7 @@ def test_results_tool_checks_the_targets():
 
 
 def test_results_tool_does_not_pass_a_failed_run_on_a_zero_start():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'quickstart_results', osp.join(REPO, 'tools', 'analysis_tools', 'quickstart_results.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from mmhvit.analysis import quickstart as tool
     rows = [dict(config='retinanet_tnt-q_10e_shapes.py', algo='retinanet', task='det',
                  backbone='tnt-q', metrics={'bbox mAP': 0.001, 'bbox AP50': 0.006},
                  untrained={'bbox mAP': 0.0, 'bbox AP50': 0.0})]

@@ -2,10 +2,10 @@
 
 The figures of docs/reliability.md come from these tests (run with ``-s`` to see them printed).
 """
-import importlib.util
 import os
-import os.path as osp
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -14,6 +14,7 @@ from test_train_tools import QUICKSTART, short_run_options
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
+from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
 
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
@@ -36,14 +37,6 @@ class CodeRunner:
 
     def __reduce__(self):
         return (os.system, (f'touch {self.marker}', ))
-
-
-def load_converter(name):
-    path = osp.join(REPO, 'tools', 'model_converters', f'{name}2mmhvit.py')
-    spec = importlib.util.spec_from_file_location(f'{name}2mmhvit', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -77,12 +70,11 @@ def hostile_files(tmp_path):
 def test_every_bad_file_gets_one_clear_error(hostile_files, capsys):
     paths, marker = hostile_files
     model = build('TransCNN')
-    converter = load_converter('transcnn')
     for name, (path, error, pattern) in paths.items():
         # the three in-process loading paths: reading, init_cfg Pretrained, a converter
         for load in (lambda: read_state_dict(path),
                      lambda: model.load_pretrained(path),
-                     lambda: converter.convert(path, path + '.out')):
+                     lambda: convert_file('transcnn', path, path + '.out')):
             with pytest.raises(error, match=pattern) as info:
                 load()
             assert path in str(info.value), (name, str(info.value))
@@ -98,8 +90,86 @@ def test_test_tool_refuses_a_code_running_checkpoint(hostile_files, tiny_shapes,
     out = run_tool('tools/test.py', QUICKSTART['retinanet'], path, '--work-dir',
                    str(tmp_path / 'work'), '--cfg-options', *short_run_options(tiny_shapes),
                    check=False)
-    assert 'Weights only load failed' in out
+    # the runner's log lines, then one line for the refused file (no traceback)
+    assert out.strip().splitlines()[-1].startswith(f'error: refused to load checkpoint {path}')
+    assert 'Weights only load failed' in out and 'Traceback' not in out
     assert not marker.exists(), 'tools/test.py ran code from a checkpoint'
+
+
+# --- a user's mistake is one line -----------------------------------------------------------
+def run_script(*args):
+    """(exit status, output lines) of a script run as a user runs it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get('PYTHONPATH', '')]))
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env=env)
+    return proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()
+
+
+def test_checkpoint_scripts_answer_a_bad_file_with_one_line(hostile_files, tmp_path):
+    paths, marker = hostile_files
+    hostile = paths['code-running pickle'][0]
+    dst = tmp_path / 'out.pth'
+    status, lines = run_script('tools/model_converters/transcnn2mmhvit.py', hostile, str(dst))
+    assert status != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f'error: refused to load checkpoint {hostile}')
+    nest = tmp_path / 'nest.pth'
+    torch.save(build('NesT').state_dict(), nest)
+    status, lines = run_script('tools/model_converters/tnt2mmhvit.py', str(nest), str(dst))
+    assert status != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f'error: {nest}: not a TNT checkpoint of a known layout')
+    status, lines = run_script('tools/model_converters/publish_model.py', hostile, str(dst))
+    assert status != 0 and len(lines) == 1, lines
+    assert lines[0].startswith(f'error: refused to load checkpoint {hostile}')
+    assert not marker.exists() and not dst.exists()
+    # --debug: the traceback, for a bug report
+    status, lines = run_script('tools/model_converters/tnt2mmhvit.py', str(nest), str(dst),
+                               '--debug')
+    assert status != 0 and lines[0].startswith('Traceback') and lines[-1].startswith('ValueError')
+
+
+@pytest.mark.parametrize('family, source, message', [
+    ('transcnn', 'code-running pickle', 'refused to load checkpoint {path}: it pickles Python'),
+    ('hatnet', 'no tensors', 'checkpoint {path} holds no tensors'),
+    ('nest', 'TransCNN', '{path} is not a NesT checkpoint'),
+    ('hatnet', 'TransCNN', '{path}: this is a TransCNN checkpoint, not a HAT-Net one'),
+    ('transcnn', 'NesT', '{path} does not have the official TransCNN layout'),
+    ('tnt', 'missing', 'checkpoint {path} does not exist'),
+])
+def test_convert_command_answers_a_users_mistake_with_one_line(family, source, message,
+                                                               hostile_files, tmp_path, capsys):
+    from test_transcnn import official_shapes, random_state_dict
+
+    from mmhvit.cli import main
+    paths, marker = hostile_files
+    path = paths[source][0] if source in paths else str(tmp_path / f'{source}.pth')
+    if source == 'TransCNN':
+        official = official_shapes(TransCNN.arch_zoo['tiny'])
+        torch.save(random_state_dict(official, dtype=torch.float32), path)
+    elif source == 'NesT':
+        torch.save(build('NesT').state_dict(), path)
+    dst = tmp_path / 'out.pth'
+    with pytest.raises(SystemExit) as exit_info:
+        main(['convert', family, path, str(dst)])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 1 and not out
+    assert len(err.splitlines()) == 1 and err.startswith('error: ' + message.format(path=path))
+    assert not marker.exists() and not dst.exists()
+
+
+def test_demo_answers_a_non_finite_image_with_one_line(tmp_path, capsys):
+    cv2 = pytest.importorskip('cv2')
+    import numpy as np
+
+    from mmhvit.cli import main
+    pixels = np.full((8, 8, 3), np.nan, dtype=np.float32)
+    image = str(tmp_path / 'nan.tiff')
+    assert cv2.imwrite(image, pixels)
+    with pytest.raises(SystemExit) as exit_info:
+        main(['demo', image, 'configs/quickstart/classifier_transcnn-q_20e_shapes.py'])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1
+    assert err.splitlines() == [f'error: image {image} has 192 NaN or Inf values (of 192); the '
+                                'model needs finite pixels']
 
 
 def test_checkpoint_of_another_family_or_arch(tmp_path):
@@ -120,9 +190,9 @@ def test_converters_read_safetensors_like_pth(tmp_path):
     official = random_state_dict(official_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
     torch.save(official, tmp_path / 'official.pth')
     save_file({k: v.contiguous() for k, v in official.items()}, tmp_path / 'official.safetensors')
-    converter = load_converter('transcnn')
     for suffix in ('pth', 'safetensors'):
-        converter.convert(str(tmp_path / f'official.{suffix}'), str(tmp_path / f'{suffix}.out'))
+        convert_file('transcnn', str(tmp_path / f'official.{suffix}'),
+                     str(tmp_path / f'{suffix}.out'))
     from_pth = torch.load(tmp_path / 'pth.out', weights_only=True)['state_dict']
     from_safetensors = torch.load(tmp_path / 'safetensors.out', weights_only=True)['state_dict']
     assert from_pth.keys() == from_safetensors.keys() and len(from_pth) > 100
@@ -137,22 +207,57 @@ def test_converters_read_safetensors_like_pth(tmp_path):
 @pytest.mark.parametrize('name', NAMES)
 def test_bad_inputs_get_clear_errors(name):
     model = build(name)
-    nan = torch.randn(1, 3, 32, 32)
-    nan[0, 1, 5, 7] = float('nan')
-    inf = torch.randn(1, 3, 32, 32)
-    inf[0, 0, 0, 0] = float('inf')
     cases = [
         (torch.randn(1, 4, 32, 32), ValueError, 'built for 3 input channels, got 4'),
         (torch.randn(3, 32, 32), ValueError, 'expects an NCHW batch tensor, got \\(3, 32, 32\\)'),
         (torch.randint(0, 255, (1, 3, 32, 32), dtype=torch.uint8), TypeError,
          'floating-point image tensor.*torch.uint8'),
         (torch.zeros(1, 3, 32, 32, dtype=torch.int64), TypeError, 'torch.int64'),
-        (nan, ValueError, 'NaN or Inf'),
-        (inf, ValueError, 'NaN or Inf'),
     ]
     for x, error, pattern in cases:
         with pytest.raises(error, match=pattern):
             model(x)
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_forward_never_reads_the_input_values(name, monkeypatch):
+    """The input checks look at metadata only: a value check (isfinite, any, item) would
+    synchronise the host with a GPU on every forward."""
+    model = build(name)
+
+    def synchronising(*args, **kwargs):
+        raise AssertionError('the forward read tensor values on the host')
+
+    for function in ('isfinite', 'isnan', 'isinf'):
+        monkeypatch.setattr(torch, function, synchronising)
+    monkeypatch.setattr(torch.Tensor, 'item', synchronising)
+    monkeypatch.setattr(torch.Tensor, '__bool__', synchronising)
+    nan = torch.randn(1, 3, 32, 32)
+    nan[0, 1, 5, 7] = float('nan')
+    with torch.no_grad():
+        outputs = model(nan)  # a NaN image is the caller's to check (check_image_file)
+    assert len(outputs) == 4
+
+
+def test_a_non_finite_image_gets_one_clear_error_where_it_enters(tmp_path):
+    cv2 = pytest.importorskip('cv2')
+    import numpy as np
+
+    from mmhvit.apis import check_image_file, infer_image
+    pixels = np.random.default_rng(0).random((16, 24, 3), dtype=np.float32)
+    assert cv2.imwrite(str(tmp_path / 'fine.tiff'), pixels)
+    assert check_image_file(str(tmp_path / 'fine.tiff')).dtype == np.float32
+    pixels[3, 5, 1], pixels[0, 0, 0] = np.nan, np.inf
+    image = str(tmp_path / 'nan.tiff')
+    assert cv2.imwrite(image, pixels)
+    with pytest.raises(ValueError, match=f'image {image} has 2 NaN or Inf values'):
+        check_image_file(image)
+    # the demo's API checks before it builds anything (the config is never read)
+    with pytest.raises(ValueError, match='NaN or Inf'):
+        infer_image(image, str(tmp_path / 'no_config.py'))
+    (tmp_path / 'text.png').write_text('not an image')
+    with pytest.raises(ValueError, match='not an image that OpenCV can read'):
+        check_image_file(str(tmp_path / 'text.png'))
 
 
 # --- masked attention in half precision ------------------------------------------------------

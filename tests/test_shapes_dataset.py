@@ -27,6 +27,7 @@ def test_refuses_to_overwrite_a_different_dataset(tiny_shapes):
     before = digest(tiny_shapes)
     out = run_tool(GENERATOR, '--out', str(tiny_shapes), '--train', '9', '--val', '4', '--seed',
                    '1', check=False)
+    assert out.strip().startswith('error: ') and len(out.strip().splitlines()) == 1, out
     assert 'refusing to overwrite' in out
     out = run_tool(GENERATOR, '--out', str(tiny_shapes), '--train', '8', '--val', '4', '--seed',
                    '1')

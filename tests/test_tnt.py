@@ -1,6 +1,5 @@
 """TNT backbone: equivalence with timm and mmpretrain, checkpoints, the pyramid (the contract
 shared by all backbones is in test_backbone_contract.py)."""
-import importlib.util
 import math
 import os.path as osp
 
@@ -9,7 +8,13 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO
 
-from mmhvit.models.backbones.tnt import TNT, _from_timm, convert_tnt_checkpoint, detect_tnt_layout
+from mmhvit.cli import main as mmhvit_command
+from mmhvit.models.backbones import TNT
+from mmhvit.models.converters.tnt import (
+    convert_tnt_checkpoint,
+    detect_tnt_layout,
+    timm_to_official,
+)
 
 timm = pytest.importorskip('timm')
 from timm.models.tnt import TNT as TimmTNT  # noqa: E402
@@ -42,21 +47,13 @@ def split_head(converted):
     return backbone, converted['head.weight'], converted['head.bias']
 
 
-def load_tool():
-    path = osp.join(REPO, 'tools', 'model_converters', 'tnt2mmhvit.py')
-    spec = importlib.util.spec_from_file_location('tnt2mmhvit', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # --- equivalence with the reference implementations ----------------------------------------------
 @torch.no_grad()
 def test_tnt_s_logits_equal_timm_at_224():
     torch.manual_seed(0)
     ref = timm.create_model('tnt_s_patch16_224', pretrained=False).eval()
     assert not any(m.legacy for m in ref.blocks)  # the official layout
-    backbone, weight, bias = split_head(convert_tnt_checkpoint(ref.state_dict()))
+    backbone, weight, bias = split_head(convert_tnt_checkpoint(ref.state_dict(), with_head=True))
     ours = TNT('small', out_type='cls_token', out_indices=(3, )).eval()
     ours.load_state_dict(backbone, strict=True)
     x = torch.randn(1, 3, 224, 224)
@@ -71,7 +68,7 @@ def test_tnt_s_logits_equal_timm_at_224():
 def test_tiny_blocks_and_logits_equal_timm(legacy):
     ref = timm_tiny(legacy=legacy)
     assert detect_tnt_layout(ref.state_dict()) == 'timm'
-    backbone, weight, bias = split_head(convert_tnt_checkpoint(ref.state_dict()))
+    backbone, weight, bias = split_head(convert_tnt_checkpoint(ref.state_dict(), with_head=True))
     x = torch.randn(2, 3, 64, 64)
     raw = tiny(out_type='raw', final_norm=False, legacy=legacy, pretrain_img_size=64).eval()
     assert raw.load_state_dict(backbone, strict=False).missing_keys == []
@@ -88,19 +85,19 @@ def test_official_names_are_the_official_ones():
     dict we derive from a timm model (+ the official unused outer_tokens) back into that timm
     state dict, and the official and timm files convert to the same tensors of ours."""
     ref = timm_tiny()
-    official = dict(_from_timm(ref.state_dict()), outer_tokens=torch.zeros(1, 16, 32))
+    official = dict(timm_to_official(ref.state_dict()), outer_tokens=torch.zeros(1, 16, 32))
     assert detect_tnt_layout(official) == 'official'
     back = checkpoint_filter_fn(dict(official), ref)
     expected = ref.state_dict()
     assert set(back) == set(expected)
     for key in expected:
         torch.testing.assert_close(back[key], expected[key], rtol=0, atol=0)
-    ours = convert_tnt_checkpoint(ref.state_dict())
-    again = convert_tnt_checkpoint(official)
+    ours = convert_tnt_checkpoint(ref.state_dict(), with_head=True)
+    again = convert_tnt_checkpoint(official, with_head=True)
     assert list(again) == list(ours)
     assert all(torch.equal(again[k], ours[k]) for k in ours)
     # Our own keys pass through unchanged.
-    assert convert_tnt_checkpoint(ours) == ours
+    assert convert_tnt_checkpoint(ours, with_head=True) == ours
 
 
 @torch.no_grad()
@@ -144,7 +141,7 @@ def test_cli_checkpoint_loads_into_in1k_config_and_gives_timm_logits(tmp_path):
     ref = timm.create_model('tnt_s_patch16_224', pretrained=False).eval()
     src, dst = tmp_path / 'tnt_s.safetensors', tmp_path / 'tnt_s_mmhvit.pth'
     save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(src))
-    load_tool().main([str(src), str(dst)])
+    mmhvit_command(['convert', 'tnt', str(src), str(dst)])
     saved = torch.load(dst, map_location='cpu', weights_only=True)
     assert saved['meta']['source_layout'] == 'timm' and saved['meta']['arch'] == 'small'
 
@@ -164,7 +161,7 @@ def test_pretrained_official_pth_tar_and_timm_safetensors(tmp_path):
     ref = timm_tiny()
     ours = convert_tnt_checkpoint(ref.state_dict())
     official = tmp_path / 'tnt_official.pth.tar'
-    torch.save({'state_dict': dict(_from_timm(ref.state_dict()),
+    torch.save({'state_dict': dict(timm_to_official(ref.state_dict()),
                                    outer_tokens=torch.zeros(1, 16, 32)), 'epoch': 3}, official)
     timm_file = tmp_path / 'tnt_timm.safetensors'
     save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(timm_file))
@@ -254,7 +251,7 @@ def test_stage_modules_hold_their_output_and_the_final_norm():
 
 
 @torch.no_grad()
-def test_repeated_out_blocks_make_a_vitdet_pyramid_from_one_map():
+def test_empty_stages_make_a_vitdet_pyramid_from_one_map():
     torch.manual_seed(0)
     model = tiny(arch=dict(TINY, depths=[4, 0, 0, 0])).eval()
     raw = tiny(arch=dict(TINY, depths=[4, 0, 0, 0]), out_type='raw', out_indices=(3, )).eval()
@@ -266,7 +263,7 @@ def test_repeated_out_blocks_make_a_vitdet_pyramid_from_one_map():
     torch.testing.assert_close(outs[3], F.max_pool2d(raw(x)[0], 2, 2, ceil_mode=True))
 
 
-# --- bad configuration and deprecated spellings --------------------------------------------------
+# --- bad configuration ---------------------------------------------------------------------------
 def test_bad_configuration():
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'small'.*'tiny'"):
         TNT('huge')
@@ -286,18 +283,3 @@ def test_bad_configuration():
     with pytest.raises(ValueError, match='patch_size and word_size must be powers of two'):
         TNT(dict(TINY, patch_size=4, word_size=8))
     assert TNT('S').arch_name == 'small' and TNT('small').arch_settings['depths'] == [3] * 4
-
-
-def test_deprecated_arch_keys_and_out_blocks():
-    old_arch = dict(embed_dims_inner=8, embed_dims_outer=32, num_layers=4, num_heads_inner=2,
-                    num_heads_outer=2)
-    with pytest.warns(DeprecationWarning):
-        old = tiny(arch=old_arch, out_blocks=(1, 2, 3, 4))
-    assert old.arch_settings == tiny().arch_settings
-    with pytest.warns(DeprecationWarning, match='out_blocks'):
-        assert tiny(arch=old_arch, out_blocks=(4, 4, 4, 4)).arch_settings['depths'] == \
-            [4, 0, 0, 0]
-    with pytest.warns(DeprecationWarning):
-        assert TNT(dict(old_arch, num_layers=12)).arch_settings['depths'] == [3, 3, 3, 3]
-    with pytest.raises(ValueError, match='out_blocks must be 4 non-decreasing block numbers'):
-        tiny(arch=old_arch, out_blocks=(1, 2, 3, 5))

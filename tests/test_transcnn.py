@@ -18,15 +18,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from conftest import REPO, run_tool
 
-from mmhvit.models.backbones.transcnn import (
-    HMHSA,
-    TransCNN,
-    convert_transcnn_checkpoint,
-    grid_attention,
-    pool_cells,
-)
+from mmhvit.models.backbones import TransCNN
+from mmhvit.models.converters import convert_transcnn_checkpoint
+from mmhvit.models.layers import HMHSA, grid_attention, multihead_attention, pool_cells
 from mmhvit.models.layers import hmhsa as hmhsa_module
-from mmhvit.models.layers import multihead_attention
 
 DATA = osp.join(osp.dirname(__file__), 'data')
 TINY = dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4],
@@ -434,12 +429,8 @@ def test_config_errors():
         TransCNN(dict(TINY, num_heads=[3, 2, 2, 4]))
     with pytest.raises(ValueError, match='needs 4 values'):
         TransCNN(dict(TINY, grid_sizes=[8, 8, 1]))
-    with pytest.raises(ValueError, match='attn_mode'):
+    with pytest.raises(ValueError, match="H-MHSA mode must be one of .*'global'"):
         TransCNN(TINY, attn_mode='global')
-    with pytest.warns(DeprecationWarning, match='expansions'):
-        old = TransCNN(dict({k: v for k, v in TINY.items() if k != 'mlp_ratio'},
-                            expansions=TINY['mlp_ratio']))
-    assert old.arch_settings == TransCNN(TINY).arch_settings
 
 
 # --- MMPretrain classifier from the converted official checkpoint ---------------------------------

@@ -13,10 +13,15 @@ import os.path as osp
 import torch.distributed as dist
 from mmengine.config import Config, DictAction
 
-from mmhvit.utils import build_runner, prepare_runner_config
+from mmhvit.utils import (
+    add_debug_argument,
+    build_runner,
+    prepare_runner_config,
+    reports_user_errors,
+)
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test (and evaluate) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
@@ -29,7 +34,8 @@ def parse_args():
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
@@ -39,7 +45,7 @@ def enable_drawing(cfg: Config, show_dir: str) -> None:
     """Switch on the task's own visualization hook, as each library's test.py does."""
     hook = cfg.get('default_hooks', {}).get('visualization')
     if hook is None:
-        raise RuntimeError('--show-dir needs default_hooks.visualization in the config')
+        raise ValueError('--show-dir needs default_hooks.visualization in the config')
     hook_type = hook['type'].split('.')[-1]
     # Every library writes under the work dir, as mmdet does (WORK_DIR/TIMESTAMP/SHOW_DIR).
     if hook_type == 'DetVisualizationHook':
@@ -50,7 +56,7 @@ def enable_drawing(cfg: Config, show_dir: str) -> None:
     elif hook_type == 'VisualizationHook':  # mmpretrain: every image, not one in 5000
         hook.update(enable=True, interval=1, out_dir=osp.join(cfg.work_dir, show_dir))
     else:
-        raise RuntimeError(f'--show-dir does not know the visualization hook {hook["type"]}')
+        raise ValueError(f'--show-dir does not know the visualization hook {hook["type"]}')
 
 
 def add_dump_metric(cfg: Config, out: str) -> None:
@@ -64,8 +70,9 @@ def add_dump_metric(cfg: Config, out: str) -> None:
                           [evaluator]) + [dump]
 
 
-def main():
-    args = parse_args()
+@reports_user_errors
+def main(argv=None):
+    args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)

@@ -11,10 +11,15 @@ import torch.distributed as dist
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 
-from mmhvit.utils import build_runner, prepare_runner_config
+from mmhvit.utils import (
+    add_debug_argument,
+    build_runner,
+    prepare_runner_config,
+    reports_user_errors,
+)
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
@@ -29,14 +34,16 @@ def parse_args():
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'], default='none',
                         help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
     return args
 
 
-def main():
-    args = parse_args()
+@reports_user_errors
+def main(argv=None):
+    args = parse_args(argv)
     cfg = Config.fromfile(args.config)
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -53,8 +60,8 @@ def main():
 
     if args.auto_scale_lr:
         if 'auto_scale_lr' not in cfg or 'base_batch_size' not in cfg.auto_scale_lr:
-            raise RuntimeError('--auto-scale-lr needs auto_scale_lr=dict(base_batch_size=...) '
-                               'in the config')
+            raise ValueError('--auto-scale-lr needs auto_scale_lr=dict(base_batch_size=...) in '
+                             'the config')
         cfg.auto_scale_lr.enable = True
 
     if args.resume == 'auto':

@@ -1,3 +1,3 @@
-from .inference import infer_image, task_of
+from .inference import check_image_file, infer_image, task_of
 
-__all__ = ['infer_image', 'task_of']
+__all__ = ['check_image_file', 'infer_image', 'task_of']

@@ -70,6 +70,26 @@ def _summary(task: str, result: dict, classes, score_thr: float) -> str:
     return f'class {label} ({name(label)}), score {pred["pred_score"]:.3f}'
 
 
+def check_image_file(image: str) -> np.ndarray:
+    """The pixels of the image file ``image``, as stored; one clear error when it is missing, is
+    not an image, or holds NaN / Inf values (a float TIFF can).
+
+    The backbones do not look at their inputs' values (that would synchronise a GPU with the host
+    on every forward): this is where a user's image enters, so this is where it is checked.
+    """
+    if not osp.isfile(image):
+        raise FileNotFoundError(f'no such image: {image}')
+    import mmcv
+    pixels = mmcv.imread(image, flag='unchanged')  # float images keep their values
+    if pixels is None:
+        raise ValueError(f'{image} is not an image that OpenCV can read')
+    finite = np.isfinite(pixels) if np.issubdtype(pixels.dtype, np.floating) else None
+    if finite is not None and not finite.all():
+        raise ValueError(f'image {image} has {finite.size - int(finite.sum())} NaN or Inf values '
+                         f'(of {finite.size}); the model needs finite pixels')
+    return pixels
+
+
 def infer_image(image: str, config: str, checkpoint: Optional[str] = None,
                 out_file: Optional[str] = None, device: Optional[str] = None,
                 score_thr: float = 0.3) -> str:
@@ -89,8 +109,7 @@ def infer_image(image: str, config: str, checkpoint: Optional[str] = None,
         The printable result: boxes with classes and scores, a label map's class fractions or
         the predicted class.
     """
-    if not osp.isfile(image):
-        raise FileNotFoundError(f'no such image: {image}')
+    check_image_file(image)
     if checkpoint is not None and not osp.isfile(checkpoint) and '://' not in checkpoint:
         raise FileNotFoundError(f'no such checkpoint: {checkpoint}')
     cfg = Config.fromfile(config)

@@ -10,7 +10,7 @@ from mmengine.dist.utils import _init_dist_slurm
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
-from ..models.checkpoint import training_checkpoint_globals
+from ..models.checkpoint import load_checkpoint_file, training_checkpoint_globals
 
 
 def _init_cpu_process_group(launcher: str) -> None:
@@ -42,8 +42,8 @@ def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
     fsdp = _check_fsdp(cfg, launcher)
     if launcher != 'none' and not torch.cuda.is_available():
         if launcher not in ('pytorch', 'slurm'):
-            raise RuntimeError(f'launcher "{launcher}" needs GPUs; on a CPU-only machine use '
-                               'tools/dist_train.sh (torchrun, launcher pytorch) or slurm')
+            raise ValueError(f'launcher "{launcher}" needs GPUs; on a CPU-only machine use '
+                             'tools/dist_train.sh (torchrun, launcher pytorch) or slurm')
         _init_cpu_process_group(launcher)
         cfg.env_cfg = dict(cfg.get('env_cfg', {}), dist_cfg=dict(backend='gloo'))
         if fsdp:
@@ -82,13 +82,13 @@ def _check_fsdp(cfg: Config, launcher: str) -> bool:
     if not isinstance(strategy, dict) or 'FSDP' not in str(strategy.get('type', '')):
         return False
     if launcher == 'none':
-        raise RuntimeError('FSDPStrategy shards over ranks: launch with tools/dist_train.sh or '
+        raise ValueError('FSDPStrategy shards over ranks: launch with tools/dist_train.sh or '
                            'tools/slurm_train.sh')
     clip_grad = (cfg.get('optim_wrapper') or {}).get('clip_grad')
     if clip_grad and clip_grad.get('type', 'norm') == 'norm':
         # OptimWrapper clips with torch.nn.utils.clip_grad_norm_ over each rank's own shards,
         # i.e. by a per-rank norm: ranks would clip differently.
-        raise RuntimeError('optim_wrapper.clip_grad by norm is wrong under FSDP (each rank would '
+        raise ValueError('optim_wrapper.clip_grad by norm is wrong under FSDP (each rank would '
                            'clip by the norm of its own shard); set clip_grad=None')
     return True
 
@@ -123,12 +123,21 @@ def allow_training_checkpoints(runner) -> None:
     During the runner's ``load_or_resume`` step exactly those types are allowlisted
     (:func:`mmhvit.models.checkpoint.training_checkpoint_globals`); nothing is ever fully
     unpickled, so a released file given to tools/test.py cannot run code. URLs go through
-    :func:`mmhvit.models.checkpoint.load_from_http_weights_only` (registered on import).
+    :func:`mmhvit.models.checkpoint.load_from_http_weights_only` (registered on import). When
+    loading fails, the file is read again by
+    :func:`~mmhvit.models.checkpoint.load_checkpoint_file`, whose error says what is wrong with it
+    (missing, empty, truncated, not a checkpoint, pickling code) in one line.
     """
     original = runner.load_or_resume
 
     def load_or_resume():
         with training_checkpoint_globals():
-            return original()
+            try:
+                return original()
+            except Exception:
+                checkpoint = runner._load_from  # None when resuming from the latest in work_dir
+                if checkpoint and '://' not in str(checkpoint):
+                    load_checkpoint_file(checkpoint)  # raises the file's own error, if any
+                raise
 
     runner.load_or_resume = load_or_resume

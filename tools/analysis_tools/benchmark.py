@@ -51,6 +51,7 @@ from mmengine.registry import init_default_scope
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from mmhvit.models.converters.files import convert_file  # noqa: E402
 from mmhvit.utils import count_flops, count_params  # noqa: E402
 
 # Official figures (../shared/docs/REFERENCE.md; papers): params in M with a 1000-class head,
@@ -123,16 +124,6 @@ class TensorMode(nn.Module):
         return self.model(x, mode='tensor')
 
 
-def load_converter(tool: str):
-    """The ``convert`` function of a script in tools/model_converters/."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        tool, osp.join(REPO, 'tools', 'model_converters', f'{tool}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.convert
-
-
 def official_transcnn(path: Optional[str]) -> nn.Module:
     """TransCNN-Small as the official code builds it: the released ``TransCNN.py`` at ``path``
     (its ``TransCNN_Small``), or without a path our restatement of its computation
@@ -167,17 +158,17 @@ def reference_pair(family: str, official_path: Optional[str] = None):
         reference = official_transcnn(official_path).eval()
         randomize_norms(reference)
         name = 'official TransCNN.py' if official_path else 'official equations (restated)'
-        tool, arch, size = 'transcnn2mmhvit', 'small', 256
+        arch, size = 'small', 256
     else:
         import timm
-        timm_name, tool, arch = {'NesT': ('nest_tiny_jx', 'nest2mmhvit', 'tiny'),
-                                 'TNT': ('tnt_s_patch16_224', 'tnt2mmhvit', 'small')}[family]
+        timm_name, arch = {'NesT': ('nest_tiny_jx', 'tiny'),
+                           'TNT': ('tnt_s_patch16_224', 'small')}[family]
         reference = timm.create_model(timm_name, pretrained=False).eval()
         name, size = 'timm', 224
     ours = build_classifier(family, arch)
     with tempfile.TemporaryDirectory() as tmp:
         torch.save(reference.state_dict(), osp.join(tmp, 'reference.pth'))
-        load_converter(tool)(osp.join(tmp, 'reference.pth'), osp.join(tmp, 'ours.pth'))
+        convert_file(family.lower(), osp.join(tmp, 'reference.pth'), osp.join(tmp, 'ours.pth'))
         state = torch.load(osp.join(tmp, 'ours.pth'), map_location='cpu')['state_dict']
     missing, unexpected = ours.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -355,22 +346,6 @@ def section_params(args) -> List[str]:
     ]
 
 
-def transcnn_before(model: nn.Module) -> nn.Module:
-    """Our TransCNN as it ran before the speed work of issue 18: NCHW maps and out-of-place
-    activations (the same weights and numbers)."""
-    for module in model.modules():
-        if hasattr(module, 'channels_last'):
-            module.channels_last = False
-        if isinstance(module, nn.SiLU):
-            module.inplace = False
-    return model
-
-
-# What a "before" row undoes, per family: the layout changes that made ours faster, kept
-# switchable so that one run measures before and after on the same machine state.
-BEFORE = {'TransCNN': ('NCHW maps, out-of-place SiLU', transcnn_before)}
-
-
 def ratio_runs(ours: Callable, reference: Callable, args, device: str):
     """``args.ratio_runs`` runs of A/B-alternating timing: (median ms of ours, of the reference,
     [ours / reference of each run]); the spread of the ratios shows the noise."""
@@ -404,16 +379,6 @@ def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None
                                                    device)
             rows.append(f'| {label} vs {ref_name}, {size} | {batch} | {t_ours:.1f} | '
                         f'{t_ref:.1f} | {spread(ratios)} | {diff:.1e} |')
-            if family in BEFORE:
-                what, undo = BEFORE[family]
-                before = undo(copy.deepcopy(ours))
-                log(f'speed: {label} before ({what}) vs {ref_name}, batch {batch}')
-                with torch.no_grad(), autocast:
-                    t_before, t_ref, ratios = ratio_runs(lambda: before(x), lambda: reference(x),
-                                                         args, device)
-                rows.append(f'| {label} before ({what}) vs {ref_name}, {size} | {batch} | '
-                            f'{t_before:.1f} | {t_ref:.1f} | {spread(ratios)} | — |')
-                before = None
         reference = ours = None  # free them before the next family
     if 'TransCNN' in args.families:
         arch = SCALING_ARCHS['TransCNN']

@@ -11,11 +11,12 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import MODELS, init_default_scope
 
-from mmhvit.utils import count_flops, count_params
+from mmhvit.utils import add_debug_argument, count_flops, count_params, reports_user_errors
 from mmhvit.utils.export import TensorForward, synthetic_data_samples
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description='Params and FLOPs of a model')
     parser.add_argument('config')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
@@ -23,7 +24,8 @@ def main():
                         '224 for other classifiers, 800 1333 for detectors, 512 512 for '
                         'segmentors)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
 
     cfg = Config.fromfile(args.config)
     if args.cfg_options:

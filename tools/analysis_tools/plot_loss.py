@@ -5,8 +5,6 @@
 Reads the newest ``WORK_DIR/<timestamp>/vis_data/scalars.json`` that holds training losses.
 """
 import argparse
-import glob
-import json
 import os.path as osp
 
 import matplotlib
@@ -14,36 +12,23 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
-
-def read_losses(work_dir: str):
-    """{key: ([steps], [values])} for every loss key of the newest run with losses."""
-    for scalars in sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')),
-                          reverse=True):
-        curves = {}
-        with open(scalars) as f:
-            for line in f:
-                record = json.loads(line)
-                for key, value in record.items():
-                    if key.startswith('loss') and 'step' in record:
-                        steps, values = curves.setdefault(key, ([], []))
-                        steps.append(record['step'])
-                        values.append(value)
-        if curves:
-            return scalars, curves
-    raise FileNotFoundError(f'no training losses under {work_dir}/*/vis_data/scalars.json')
+from mmhvit.analysis.training_logs import read_losses  # noqa: E402
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description='Plot training loss curves')
     parser.add_argument('work_dir')
     parser.add_argument('--out', help='PNG to write (default WORK_DIR/loss_curve.png)')
     parser.add_argument('--keys', nargs='+', help='loss keys to plot (default: all)')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     source, curves = read_losses(args.work_dir)
     keys = args.keys or sorted(curves)
     unknown = [k for k in keys if k not in curves]
     if unknown:
-        parser.error(f'no curve named {unknown}; the log has {sorted(curves)}')
+        raise KeyError(f'no curve named {unknown} in {source}; it has {sorted(curves)}')
     fig, ax = plt.subplots(figsize=(7, 4))
     for key in keys:
         ax.plot(*curves[key], label=key, linewidth=2 if key == 'loss' else 1)

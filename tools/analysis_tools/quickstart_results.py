@@ -18,32 +18,21 @@ import glob
 import json
 import os
 import os.path as osp
-import statistics
 import subprocess
 import sys
 
+from mmhvit.analysis.quickstart import (
+    TASKS,
+    parse_name,
+    read_metrics,
+    summary_table,
+    targets,
+)
+from mmhvit.analysis.training_logs import read_losses, seconds_per_iter
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 QUICKSTART = osp.join(ROOT, 'configs', 'quickstart')
-TASKS = {  # algorithm prefix -> (task, [(metric key, label, scale to a fraction)])
-    'retinanet': ('det', [('coco/bbox_mAP', 'bbox mAP', 1), ('coco/bbox_mAP_50', 'bbox AP50', 1)]),
-    'mask-rcnn': ('ins', [('coco/segm_mAP', 'segm mAP', 1), ('coco/segm_mAP_50', 'segm AP50', 1),
-                          ('coco/bbox_mAP', 'bbox mAP', 1)]),
-    'upernet': ('seg', [('mIoU', 'mIoU', 0.01), ('aAcc', 'pixel acc', 0.01)]),
-    'classifier': ('cls', [('accuracy/top1', 'top-1', 0.01)]),
-}
-# The bar of the best of our three backbones, per task (second metric for detection).
-TARGETS = {'det': ('bbox AP50', 0.85), 'ins': ('segm AP50', 0.7), 'seg': ('mIoU', 0.7),
-           'cls': ('top-1', 0.95)}
-BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'ptnt-q', 'r18')
-BASELINE = 'r18'
-MIN_START = 0.01  # untrained metrics below this count as this much in the ">= 3x" check
-floor_note = f', counted as {MIN_START}'
-
-
-def parse_name(config: str):
-    """'retinanet_nest-q_12e_shapes.py' -> ('retinanet', 'nest-q', 12)."""
-    algo, backbone, schedule = osp.basename(config)[:-len('.py')].split('_')[:3]
-    return algo, backbone, int(schedule.rstrip('e'))
 
 
 def quickstart_configs():
@@ -53,22 +42,6 @@ def quickstart_configs():
 
 def work_dir_of(config: str) -> str:
     return osp.join(ROOT, 'work_dirs', osp.basename(config)[:-len('.py')])
-
-
-def read_metrics(path: str, algo: str) -> dict:
-    """{label: fraction} for the task's metrics in a tools/test.py --metrics-out file."""
-    with open(path) as f:
-        raw = json.load(f)
-    return {label: float(raw[key]) * scale for key, label, scale in TASKS[algo][1]}
-
-
-def seconds_per_iter(work_dir: str) -> float:
-    """Median of the logged training iteration times (MMEngine's ``time``, seconds per iter)."""
-    times = []
-    for scalars in glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')):
-        with open(scalars) as f:
-            times += [r['time'] for r in map(json.loads, f) if 'loss' in r and 'time' in r]
-    return statistics.median(times) if times else float('nan')
 
 
 def summary(work_dir: str) -> None:
@@ -153,8 +126,6 @@ def plot_losses(rows, out_dir: str):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    sys.path.insert(0, osp.join(ROOT, 'tools', 'analysis_tools'))
-    from plot_loss import read_losses
     os.makedirs(out_dir, exist_ok=True)
     written = {}
     for algo in TASKS:
@@ -179,59 +150,10 @@ def plot_losses(rows, out_dir: str):
     return written
 
 
-def targets(rows):
-    """Lines checking the issue's targets on the measured rows."""
-    lines = []
-    for algo, (task, metrics) in TASKS.items():
-        task_rows = {r['backbone']: r for r in rows if r['algo'] == algo}
-        main = metrics[0][1]
-        base = task_rows.get(BASELINE)
-        # the task x backbone matrix only (the H-MHSA plugin pair is compared within itself)
-        ours = [r for name, r in task_rows.items() if name in BACKBONES and name != BASELINE]
-        for row in ours:
-            value = row['metrics'][main]
-            if row['untrained'] is not None:
-                start = row['untrained'][main]
-                # an untrained detector scores 0.000: 3x of nothing would pass a failed run too
-                ratio = value / max(start, MIN_START)
-                lines.append(f'- {row["config"]}: {main} {value:.3f} = {ratio:.1f}x untrained '
-                             f'({start:.3f}{floor_note if start < MIN_START else ""}): '
-                             f'{"met" if ratio >= 3 else "MISSED"} (>= 3x)')
-            if base is not None:
-                ratio = value / base['metrics'][main]
-                lines.append(f'- {row["config"]}: {ratio:.2f}x ResNet-18\'s {main}: '
-                             f'{"met" if ratio >= 0.8 else "MISSED"} (>= 0.8x)')
-        if ours:
-            best = max(ours, key=lambda r: r['metrics'][main])
-            label, bar = TARGETS[task]
-            if base is not None:
-                ahead = best['metrics'][main] > base['metrics'][main]
-                lines.append(f'- {algo}: best of ours ({best["backbone"]}, {main} '
-                             f'{best["metrics"][main]:.3f}) vs ResNet-18 '
-                             f'({base["metrics"][main]:.3f}): {"met" if ahead else "MISSED"}')
-            reached = best['metrics'][label] >= bar
-            lines.append(f'- {algo}: best of ours reaches {label} {best["metrics"][label]:.3f}: '
-                         f'{"met" if reached else "MISSED"} (>= {bar})')
-    return lines
-
-
-def summary_table(rows):
-    """Task x backbone, the task's main metric (the README shows this one)."""
-    lines = ['| task (metric) | ' + ' | '.join(BACKBONES) + ' |',
-             '|---|' + '---|' * len(BACKBONES)]
-    for algo, (task, metrics) in TASKS.items():
-        main = metrics[0][1]
-        by_backbone = {r['backbone']: r for r in rows if r['algo'] == algo}
-        cells = [f'{by_backbone[b]["metrics"][main]:.3f}' if b in by_backbone else '—'
-                 for b in BACKBONES]
-        lines.append(f'| {task}: {algo} ({main}) | ' + ' | '.join(cells) + ' |')
-    return lines
-
-
 def report(out: str, curves_dir: str) -> None:
     rows = collect()
     if not rows:
-        raise SystemExit('no finished quickstart run under work_dirs/: run `run` first')
+        raise FileNotFoundError('no finished quickstart run under work_dirs/: run `run` first')
     curves = plot_losses(rows, curves_dir)
     table = ['| task | config | metrics | untrained | epochs | s/iter | wall (min) |',
              '|---|---|---|---|---|---|---|']
@@ -258,15 +180,17 @@ def _replace_generated(path: str, block: str) -> None:
     """Write ``block`` between the page's generated markers (the prose around them stays)."""
     text = open(path).read() if osp.exists(path) else f'{GENERATED_MARK}\n{GENERATED_END}\n'
     if GENERATED_MARK not in text or GENERATED_END not in text:
-        raise SystemExit(f'{path} has no generated-block markers ({GENERATED_MARK})')
+        raise ValueError(f'{path} has no generated-block markers ({GENERATED_MARK})')
     head, rest = text.split(GENERATED_MARK, 1)
     tail = rest.split(GENERATED_END, 1)[1]
     with open(path, 'w') as f:
         f.write(head + block.rstrip('\n') + tail)
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    add_debug_argument(parser)
     sub = parser.add_subparsers(dest='command', required=True)
     sub.add_parser('summary').add_argument('work_dir')
     p = sub.add_parser('untrained')
@@ -278,7 +202,7 @@ def main():
     p = sub.add_parser('report')
     p.add_argument('--out', default=osp.join(ROOT, 'docs', 'quickstart_results.md'))
     p.add_argument('--curves-dir', default=osp.join(ROOT, 'docs', 'quickstart'))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.command == 'summary':
         summary(args.work_dir)
     elif args.command == 'untrained':

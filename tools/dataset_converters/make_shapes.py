@@ -29,6 +29,8 @@ import numpy as np
 from mmengine.utils import ProgressBar
 from PIL import Image
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors
+
 CLASSES = ('circle', 'square', 'triangle')
 NO_SHAPE = 'no_shape'
 CROP_CLASSES = CLASSES + (NO_SHAPE, )
@@ -268,13 +270,15 @@ def generate(out_dir: str, seed: int = 0, num_train: int = 320, num_val: int = 8
     return True
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='data/shapes', help='output folder')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--train', type=int, default=320, help='number of train scenes')
     parser.add_argument('--val', type=int, default=80, help='number of val scenes')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     if args.train < 1 or args.val < 1:
         parser.error('--train and --val must be at least 1')
     generate(args.out, args.seed, args.train, args.val)

@@ -12,10 +12,12 @@ ONNX Runtime (CPU) and eager PyTorch are timed at every size, alternating A/B, m
 call, which compiles, is reported apart). Prints a Markdown table (and writes it to ``--out``).
 """
 import argparse
+import functools
 import os.path as osp
 import sys
 import tempfile
 import time
+from typing import List
 
 import numpy as np
 import torch
@@ -28,6 +30,7 @@ sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
 
 from benchmark import alternating_times  # noqa: E402
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
 from mmhvit.utils.export import export_onnx, flatten_outputs, ort_session  # noqa: E402
 
 CONFIGS = ('configs/transcnn_b_in1k.py', 'configs/nest_t_in1k.py', 'configs/tnt_s_in1k.py')
@@ -49,7 +52,62 @@ def parse_size(text: str):
     return int(height), int(width)
 
 
-def main():
+def no_grad_call(model, x: torch.Tensor):
+    with torch.no_grad():
+        return model(x)
+
+
+def timed_row(cells: str, eager, other, diff: float, repeats: int) -> str:
+    """A table row: ``cells``, then eager and ``other`` timed A/B-alternating (ms), their
+    ratio and the outputs' max abs difference ``diff``; printed as it is made."""
+    t_eager, t_other = alternating_times([eager, other], repeats, 1, 'cpu')
+    row = (f'| {cells} | {t_eager * 1e3:.0f} | {t_other * 1e3:.0f} | {t_other / t_eager:.2f} | '
+           f'{diff:.1e} |')
+    print(row, flush=True)
+    return row
+
+
+def onnx_rows(model, name: str, args, tmp: str) -> List[str]:
+    """Eager vs ONNX Runtime (one dynamic export) at each of ``args.sizes``."""
+    path = osp.join(tmp, f'{name}.onnx')
+    info = export_onnx(model, path, (224, 224), dynamic=True)
+    size_mb = osp.getsize(path) / 2**20
+    session = ort_session(path, threads=args.threads)
+    print(f'{name}: exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB', flush=True)
+    rows = []
+    for text in args.sizes:
+        x = torch.randn(1, 3, *parse_size(text))
+        eager = functools.partial(no_grad_call, model, x)
+        onnx = functools.partial(session.run, None, {'input': x.numpy()})
+        diff = max(float(np.abs(a.numpy() - b).max())
+                   for a, b in zip(flatten_outputs(eager()), onnx()))
+        rows.append(timed_row(f'{name} | ONNX Runtime | {text} | {info["seconds"]:.1f} | '
+                              f'{size_mb:.1f}', eager, onnx, diff, args.repeats))
+    return rows
+
+
+def compile_rows(model, name: str, args) -> List[str]:
+    """Eager vs ``torch.compile`` at each of ``args.compile_sizes`` (first call timed apart)."""
+    rows = []
+    for text in args.compile_sizes:
+        x = torch.randn(1, 3, *parse_size(text))
+        torch._dynamo.reset()
+        compiled = torch.compile(model)
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = compiled(x)
+        first = time.perf_counter() - start
+        eager = functools.partial(no_grad_call, model, x)
+        run_compiled = functools.partial(no_grad_call, compiled, x)
+        diff = max(float((a - b).abs().max())
+                   for a, b in zip(flatten_outputs(eager()), flatten_outputs(out)))
+        rows.append(timed_row(f'{name} | torch.compile | {text} | {first:.0f} (first call) | -',
+                              eager, run_compiled, diff, args.repeats))
+    return rows
+
+
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description='ONNX Runtime / torch.compile vs eager')
     parser.add_argument('--configs', nargs='+', default=list(CONFIGS))
     parser.add_argument('--sizes', nargs='*', default=['224x224', '800x1344'],
@@ -58,7 +116,8 @@ def main():
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--out')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     rows = []
@@ -67,53 +126,8 @@ def main():
         model = build_backbone(config)
         name = osp.splitext(osp.basename(config))[0].replace('_in1k', '')
         if args.sizes:
-            path = osp.join(tmp, f'{name}.onnx')
-            info = export_onnx(model, path, (224, 224), dynamic=True)
-            size_mb = osp.getsize(path) / 2**20
-            session = ort_session(path, threads=args.threads)
-            print(f'{name}: exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB', flush=True)
-        for text in args.sizes:
-            x = torch.randn(1, 3, *parse_size(text))
-            feed = {'input': x.numpy()}
-
-            def eager():
-                with torch.no_grad():
-                    return model(x)
-
-            def onnx():
-                return session.run(None, feed)
-
-            diff = max(float(np.abs(a.numpy() - b).max())
-                       for a, b in zip(flatten_outputs(eager()), onnx()))
-            t_eager, t_ort = alternating_times([eager, onnx], args.repeats, 1, 'cpu')
-            rows.append(f'| {name} | ONNX Runtime | {text} | {info["seconds"]:.1f} | '
-                        f'{size_mb:.1f} | {t_eager * 1e3:.0f} | {t_ort * 1e3:.0f} | '
-                        f'{t_ort / t_eager:.2f} | {diff:.1e} |')
-            print(rows[-1], flush=True)
-        for text in args.compile_sizes:
-            x = torch.randn(1, 3, *parse_size(text))
-            torch._dynamo.reset()
-            compiled = torch.compile(model)
-            start = time.perf_counter()
-            with torch.no_grad():
-                out = compiled(x)
-            first = time.perf_counter() - start
-
-            def eager():
-                with torch.no_grad():
-                    return model(x)
-
-            def run_compiled():
-                with torch.no_grad():
-                    return compiled(x)
-
-            diff = max(float((a - b).abs().max())
-                       for a, b in zip(flatten_outputs(eager()), flatten_outputs(out)))
-            t_eager, t_comp = alternating_times([eager, run_compiled], args.repeats, 1, 'cpu')
-            rows.append(f'| {name} | torch.compile | {text} | {first:.0f} (first call) | - | '
-                        f'{t_eager * 1e3:.0f} | {t_comp * 1e3:.0f} | {t_comp / t_eager:.2f} | '
-                        f'{diff:.1e} |')
-            print(rows[-1], flush=True)
+            rows += onnx_rows(model, name, args, tmp)
+        rows += compile_rows(model, name, args)
     table = '\n'.join([
         '| backbone | runtime | input | export / compile s | ONNX MiB | eager ms | runtime ms | '
         'runtime / eager | max abs diff |',

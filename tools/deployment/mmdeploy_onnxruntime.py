@@ -22,6 +22,8 @@ import torch
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
+
 DEPLOY_CFG = dict(
     onnx_config=dict(type='onnx', export_params=True, keep_initializers_as_inputs=False,
                      opset_version=11, save_file='end2end.onnx', input_names=['input'],
@@ -37,14 +39,16 @@ DEPLOY_CFG = dict(
     backend_config=dict(type='onnxruntime'))
 
 
-def main():
+@reports_user_errors
+def main(argv=None):
     parser = argparse.ArgumentParser(description='MMDeploy ONNX Runtime export and test')
     parser.add_argument('config')
     parser.add_argument('checkpoint', help='weights only (e.g. a quickstart weights.pth)')
     parser.add_argument('--work-dir', default='work_dirs/mmdeploy')
     parser.add_argument('--image', default='data/shapes/img_dir/val/000001.png',
                         help='the example image the export traces')
-    args = parser.parse_args()
+    add_debug_argument(parser)
+    args = parser.parse_args(argv)
     torch.onnx.export = functools.partial(torch.onnx.export, dynamo=False)
 
     from mmdeploy.apis import torch2onnx

@@ -21,6 +21,7 @@ from mmengine.config import Config, DictAction
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
+from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
 from mmhvit.utils.export import (  # noqa: E402
     OPSET,
     build_export_model,
@@ -30,7 +31,7 @@ from mmhvit.utils.export import (  # noqa: E402
 )
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Export a model to ONNX')
     parser.add_argument('config')
     parser.add_argument('checkpoint', nargs='?', help='weights (default: random)')
@@ -45,13 +46,15 @@ def parse_args():
     parser.add_argument('--verify', action='store_true',
                         help='compare ONNX Runtime with PyTorch (rtol 1e-3, atol 1e-4)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
-    return parser.parse_args()
+    add_debug_argument(parser)
+    return parser.parse_args(argv)
 
 
-def main():
-    args = parse_args()
+@reports_user_errors
+def main(argv=None):
+    args = parse_args(argv)
     if min(args.shape) < 1:
-        raise SystemExit(f'--shape must be positive, got {args.shape}')
+        raise ValueError(f'--shape must be positive, got {args.shape}')
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

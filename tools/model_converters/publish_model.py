@@ -22,6 +22,7 @@ import yaml
 
 from mmhvit.models.checkpoint import load_checkpoint_file, state_dict_of
 from mmhvit.models.checkpoint_url import HASH_SUFFIX
+from mmhvit.utils import add_debug_argument, reports_user_errors
 
 
 def plain(value):
@@ -89,8 +90,11 @@ def metafile_entry(published: str, config: str, name: str = None, collection: st
     entry['Weights'] = f'{url_prefix.rstrip("/")}/{file_name}' if url_prefix else file_name
     if meta.get('converter'):
         source = meta.get('source_url') or meta.get('source')
-        entry['Converted From'] = dict(
-            Weights=source, Converter=f'python {meta["converter"]} {source} {entry["Name"]}.pth')
+        # The command recorded by the converter (``mmhvit convert FAMILY``; a script: with python).
+        command = meta['converter']
+        command = f'python {command}' if command.endswith('.py') else command
+        entry['Converted From'] = dict(Weights=source,
+                                       Converter=f'{command} {source} {entry["Name"]}.pth')
     return entry
 
 
@@ -104,15 +108,17 @@ def parse_args(argv=None):
     parser.add_argument('--name', help='model name in the entry (default: from OUT_FILE)')
     parser.add_argument('--collection', help='In Collection of the entry (the family)')
     parser.add_argument('--url-prefix', help='where the file will be downloadable from')
+    add_debug_argument(parser)
     args = parser.parse_args(argv)
     if args.metafile_entry and not args.config:
         parser.error('--metafile-entry needs --config (the entry names the config and its '
                      'parameter count)')
     if '://' not in args.in_file and not osp.isfile(args.in_file):
-        parser.error(f'{args.in_file} does not exist')
+        raise FileNotFoundError(f'{args.in_file} does not exist')
     return args
 
 
+@reports_user_errors
 def main(argv=None):
     args = parse_args(argv)
     published = publish(args.in_file, args.out_file, not args.no_hash)

@@ -4,7 +4,7 @@ import logging
 import numbers
 import warnings
 from abc import ABCMeta, abstractmethod
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -14,7 +14,7 @@ from mmengine.model.weight_init import initialize
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint import read_state_dict, strip_prefix, unwrap_state_dict
-from ..layers import BackboneStage
+from ..layers import BackboneStage, trunc_normal_init
 
 
 class HViTBackbone(BaseModule, metaclass=ABCMeta):
@@ -29,8 +29,9 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
     the logged resizing of position embeddings on load.
 
     A family defines the class data ``arch_zoo``, ``essential_keys``, ``optional_keys`` (custom-arch
-    keys with their defaults), ``renamed_arch_keys`` (deprecated arch key -> current key),
-    ``default_norm_cfg`` and ``default_act_cfg``, and implements the abstract methods.
+    keys with their defaults), ``default_norm_cfg`` and ``default_act_cfg``, implements the
+    abstract methods and, where its stages pass on more than a map, the forward hooks
+    (``forward_stem``, ``forward_stage``, ``stage_output``).
 
     Args:
         arch (str | dict): A name of ``arch_zoo`` (case-insensitive) or a custom arch dict.
@@ -59,7 +60,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
     arch_zoo: Dict[str, dict] = {}
     essential_keys: Tuple[str, ...] = ()
     optional_keys: Dict[str, object] = {}
-    renamed_arch_keys: Dict[str, str] = {}
     default_norm_cfg: dict = dict(type='LN')
     default_act_cfg: dict = dict(type='GELU')
 
@@ -107,17 +107,27 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         """Build ``patch_embed``, ``stages`` (the first ``num_built_stages``) and set
         ``stage_channels`` (the channels of each of the ``num_stages`` outputs)."""
 
-    @abstractmethod
-    def _forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """The requested outputs of a checked input, in stage order."""
+    def forward_stem(self, x: torch.Tensor) -> Any:
+        """The state the first stage takes, from a checked image batch (default: the map of
+        ``patch_embed``)."""
+        return self.patch_embed(x)
 
-    @abstractmethod
+    def forward_stage(self, stage: BackboneStage, state: Any) -> Any:
+        """The state after ``stage`` (default: ``stage(state)``)."""
+        return stage(state)
+
+    def stage_output(self, index: int, state: Any) -> torch.Tensor:
+        """Output ``index`` from the state after stage ``index`` (default: the state itself)."""
+        return state
+
     def init_default_weights(self) -> None:
-        """The family's official initialisation (used when no ``init_cfg`` says otherwise)."""
+        """The family's official initialisation (used when no ``init_cfg`` says otherwise);
+        by default truncated normal (std .02) linears and convs, zero biases, unit norms."""
+        trunc_normal_init(self)
 
     @abstractmethod
     def convert_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """Official / timm / mmpretrain / our older layouts -> this backbone's keys (no head)."""
+        """Official / timm / mmpretrain layouts -> this backbone's keys (no head); ours pass."""
 
     @abstractmethod
     def describe_checkpoint(self, state_dict: Dict[str, torch.Tensor]) -> str:
@@ -189,8 +199,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         """A fresh settings dict for a zoo name (case-insensitive) or a custom arch dict.
 
         A custom dict must hold every ``essential_keys`` entry and nothing outside those and
-        ``optional_keys``, whose defaults fill what it leaves out. Keys renamed in this release
-        (``renamed_arch_keys``) are still read, with a deprecation warning.
+        ``optional_keys``, whose defaults fill what it leaves out.
         """
         name = cls.__name__
         allowed = f'{list(cls.essential_keys)} (optional: {list(cls.optional_keys)})'
@@ -200,7 +209,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                                  f'{sorted(cls.arch_zoo)}, or a dict with the keys {allowed}')
             arch = cls.arch_zoo[arch.lower()]
         elif isinstance(arch, dict):
-            arch = cls._rename_arch_keys(arch)
             missing = [k for k in cls.essential_keys if k not in arch]
             unknown = sorted(set(arch) - set(cls.essential_keys) - set(cls.optional_keys))
             if missing or unknown:
@@ -211,15 +219,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         settings = copy.deepcopy(dict(cls.optional_keys))
         settings.update(copy.deepcopy(arch))
         return settings
-
-    @classmethod
-    def _rename_arch_keys(cls, arch: dict) -> dict:
-        renamed = {old: new for old, new in cls.renamed_arch_keys.items() if old in arch}
-        if not renamed:
-            return arch
-        warnings.warn(f'{cls.__name__}: arch keys {list(renamed)} are deprecated; use '
-                      f'{list(renamed.values())}', DeprecationWarning)
-        return {renamed.get(k, k): v for k, v in arch.items()}
 
     def _select_arch(self, arch) -> Tuple[str, dict]:
         settings = self.check_arch(self.parse_arch(arch))
@@ -267,12 +266,28 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
     # --- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """A tuple of NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x ceil(W / s)."""
+        """A tuple of NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x ceil(W / s).
+
+        The stem, then each built stage in turn, through the family's hooks: ``forward_stem``
+        makes the state the stages pass on (a map, or TNT's words and sentences),
+        ``forward_stage`` runs one stage on it and ``stage_output`` reads a requested output.
+        """
         self.check_input(x)
-        return tuple(self._forward(x))
+        state = self.forward_stem(x)
+        outs = []
+        for index, stage in enumerate(self.stages):
+            state = self.forward_stage(stage, state)
+            if index in self.out_indices:
+                outs.append(self.stage_output(index, state))
+        return tuple(outs)
 
     def check_input(self, x: torch.Tensor) -> None:
-        """One clear error for an input this backbone cannot take."""
+        """One clear error for an input this backbone cannot take.
+
+        Only what the tensor's metadata tells (rank, channels, size, dtype): reading its values
+        (NaN / Inf) would synchronise the host with a GPU on every forward. Images are checked for
+        non-finite values where they enter instead (:func:`mmhvit.apis.check_image_file`).
+        """
         name = type(self).__name__
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -286,10 +301,6 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         if not x.is_floating_point():
             raise TypeError(f'{name} expects a floating-point image tensor (normalised, e.g. by '
                             f'the data preprocessor), got dtype {x.dtype}')
-        tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()
-        if not tracing and not torch.isfinite(x).all():
-            raise ValueError(f'{name} got an input with NaN or Inf values (shape '
-                             f'{tuple(x.shape)}); inputs must be finite')
 
     # --- depth order (layer-wise learning-rate decay) -----------------------------------------
     def layer_ids(self) -> Tuple[Dict[str, int], int]:

@@ -3,27 +3,18 @@
 Paper: "Vision Transformers with Hierarchical Attention", Liu et al., Machine Intelligence Research
 2024, https://arxiv.org/abs/2106.03180 (v3 onwards; v1 was "Transformer in Convolutional Neural
 Networks"). The layers follow the released ``HAT_Net.py`` (yun-liu/HAT-Net), so that its ImageNet
-weights load through :func:`convert_hatnet_checkpoint`. The stem, blocks and H-MHSA are TransCNN's
-(:class:`~mmhvit.models.backbones.transcnn.HMHSABackbone`); HAT-Net differs in its norms
-(GroupNorm(1, C, eps=1e-6)), its IRB norm placement, its single-branch downsample and its arches.
+weights load through :func:`~mmhvit.models.converters.convert_hatnet_checkpoint`. The stem,
+blocks and H-MHSA are TransCNN's (:class:`~mmhvit.models.backbones.hmhsa_base.HMHSABackbone`);
+HAT-Net differs in its norms (GroupNorm(1, C, eps=1e-6)), its IRB norm placement, its
+single-branch downsample and its arches.
 """
-import re
-from typing import Dict
-
 import torch
 import torch.nn as nn
 
 from ...registry import register_backbone
+from ..converters import convert_hatnet_checkpoint
 from ..layers import build_norm2d
-from .transcnn import (
-    OFFICIAL_STEM_ATTN_RULES,
-    HMHSABackbone,
-    check_hmhsa_release,
-    convert_official_hmhsa,
-    describe_hmhsa_checkpoint,
-    hmhsa_release,
-    is_official_transcnn,
-)
+from .hmhsa_base import HMHSABackbone
 
 
 class ConvDownsample(nn.Module):
@@ -94,42 +85,3 @@ class HATNet(HMHSABackbone):
     def convert_checkpoint(self, state_dict: dict) -> dict:
         return convert_hatnet_checkpoint(state_dict)
 
-
-# --- official checkpoints ------------------------------------------------------------------------
-# Official names (HAT_Net.py) -> ours. The IRB's Sequentials hold other layers at the same indices
-# as TransCNN's: conv1 = [GN, 1x1, SiLU], conv2 = [dw, SiLU], conv3 = [1x1, GN].
-_OFFICIAL_RULES = OFFICIAL_STEM_ATTN_RULES + [
-    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv1\.0\.', r'stages.\1.blocks.\2.ffn.pre_norm.'),
-    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv1\.1\.', r'stages.\1.blocks.\2.ffn.conv1.'),
-    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv([23])\.0\.', r'stages.\1.blocks.\2.ffn.conv\3.'),
-    (r'^blocks\.(\d+)\.(\d+)\.conv\.conv3\.1\.', r'stages.\1.blocks.\2.ffn.norm3.'),
-]
-# Built by the official Attention but never used by its forward.
-_UNUSED = re.compile(r'^blocks\.\d+\.\d+\.attn\.proj_norm\.')
-
-
-def convert_hatnet_checkpoint(state_dict: Dict[str, torch.Tensor],
-                              with_head: bool = False) -> Dict[str, torch.Tensor]:
-    """Convert an official HAT-Net state dict to :class:`HATNet`'s keys.
-
-    Our own keys pass through unchanged; ``attn.proj_norm`` (unused by the official forward) is
-    left out. The official classifier (``classifier.1``) becomes ``head.fc`` with ``with_head``,
-    else it is left out; keys that no rule knows stay as they are, so that loading reports them as
-    unexpected. A TransCNN checkpoint (same key names, other layers) is refused with one clear
-    error. DDP (``module.``) and classifier (``backbone.``) prefixes are removed before this by
-    the backbone's loader (:func:`~mmhvit.models.checkpoint.unwrap_state_dict`).
-    """
-    check_hmhsa_release(state_dict, 'HAT-Net')
-    if not is_official_transcnn(state_dict):
-        return state_dict
-    return convert_official_hmhsa(state_dict, _OFFICIAL_RULES, with_head, 'HAT-Net', _UNUSED)
-
-
-def is_official_hatnet(state_dict: Dict[str, torch.Tensor]) -> bool:
-    """Whether a state dict has the official HAT-Net key layout (not TransCNN's)."""
-    return is_official_transcnn(state_dict) and hmhsa_release(state_dict) == 'HAT-Net'
-
-
-def describe_hatnet_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
-    """The arch a converted HAT-Net state dict was made for: a zoo name or dims/depths."""
-    return describe_hmhsa_checkpoint(state_dict, HATNet)

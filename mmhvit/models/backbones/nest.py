@@ -5,10 +5,7 @@ Understanding <https://arxiv.org/abs/2105.12723>`_ (Zhang et al., AAAI 2022). Of
 ``google-research/nested-transformer`` (JAX); timm's ``nest_*_jx`` models carry its weights.
 """
 import math
-import re
-import warnings
-from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -16,6 +13,8 @@ import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
+from ..converters import convert_nest_checkpoint, describe_nest_checkpoint
+from ..converters.nest import OFFICIAL_LEVELS
 from ..layers import (
     BackboneStage,
     TransformerLayer,
@@ -25,6 +24,7 @@ from ..layers import (
     pad_nhwc,
     padding_to_multiple,
     resize_pos_map,
+    trunc_normal_init,
     window_key_mask,
     window_partition,
     window_reverse,
@@ -199,8 +199,6 @@ class NesT(HViTBackbone):
             stride-16 output. Needed for the ImageNet classifier. Default True.
         pool_padding (str): ``'same'`` (TF SAME max-pool, official / ``nest_*_jx`` weights) or
             ``'symmetric'`` (timm's non-jx ``nest_*``).
-        extra_depth (int, optional): Deprecated: ``arch['depths'][3]``.
-        extra_num_heads (int, optional): Deprecated: ``arch['num_heads'][3]``.
         **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
             ``out_indices``, ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg`` (default LN, eps 1e-6), ``act_cfg`` (default GELU), ``frozen_stages``,
@@ -220,17 +218,13 @@ class NesT(HViTBackbone):
     optional_keys = dict(block_size=14, patch_size=4, mlp_ratio=4., qkv_bias=True)
     default_norm_cfg = dict(type='LN', eps=1e-6)
     default_act_cfg = dict(type='GELU')
-    pretrained_stages = 3  # the ImageNet model's levels; the last stage is the new stride-32 one
-    # The official ImageNet training's drop-path rates (what drop_path_rate=None used to mean).
-    imagenet_drop_path_rates = dict(tiny=0.2, small=0.3, base=0.5)
+    pretrained_stages = OFFICIAL_LEVELS  # the ImageNet model's; the last stage is a new stride 32
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
                  pretrain_img_size: Union[int, Sequence[int]] = 224,
                  final_norm: bool = True,
                  pool_padding: str = 'same',
-                 extra_depth: Optional[int] = None,
-                 extra_num_heads: Optional[int] = None,
                  **kwargs):
         if pool_padding not in POOL_PADDINGS:
             raise ValueError(f'NesT: pool_padding must be one of {POOL_PADDINGS}, got '
@@ -239,47 +233,10 @@ class NesT(HViTBackbone):
             raise TypeError(f'NesT: final_norm must be a bool, got {final_norm!r}')
         self.pool_padding = pool_padding
         self.final_norm = final_norm
-        arch = self._upgrade_arch(arch, extra_depth, extra_num_heads, kwargs)
         self.pretrain_img_size = self._check_img_size(pretrain_img_size)
         super().__init__(arch, **kwargs)
 
     # --- construction -------------------------------------------------------------------------
-    @classmethod
-    def _upgrade_arch(cls, arch, extra_depth, extra_num_heads, kwargs):
-        """Read this release's deprecated spellings: 3-level arch dicts with ``extra_depth`` /
-        ``extra_num_heads``, an arch ``drop_path_rate`` and ``drop_path_rate=None``."""
-        arch_rate = None
-        if isinstance(arch, dict):
-            arch = dict(arch)
-            arch_rate = arch.pop('drop_path_rate', None)
-            lists = [arch.get(k) for k in cls.essential_keys]
-            if all(isinstance(v, (list, tuple)) and len(v) == 3 for v in lists):
-                warnings.warn('NesT: 3-level arch dicts are deprecated; give 4 stages (the '
-                              'fourth is the stride-32 aggregation)', DeprecationWarning)
-                arch['embed_dims'] = list(arch['embed_dims']) + [arch['embed_dims'][-1] * 2]
-                arch['depths'] = list(arch['depths']) + [extra_depth or 0]
-                arch['num_heads'] = list(arch['num_heads']) + [
-                    extra_num_heads or arch['num_heads'][-1] * 2]
-                extra_depth = extra_num_heads = None
-        if extra_depth is not None or extra_num_heads is not None:
-            warnings.warn('NesT: extra_depth / extra_num_heads are deprecated; they are the '
-                          'fourth entries of arch depths / num_heads', DeprecationWarning)
-            arch = cls.parse_arch(arch)
-            if extra_depth is not None:
-                arch['depths'][3] = extra_depth
-            if extra_num_heads is not None:
-                arch['num_heads'][3] = extra_num_heads
-        if 'drop_path_rate' in kwargs and kwargs['drop_path_rate'] is None:
-            warnings.warn('NesT: drop_path_rate=None is deprecated; give the rate (0.2 / 0.3 / '
-                          '0.5 for tiny / small / base on ImageNet)', DeprecationWarning)
-            zoo_rate = cls.imagenet_drop_path_rates.get(
-                {'t': 'tiny', 's': 'small', 'b': 'base'}.get(str(arch).lower(), str(arch).lower()))
-            kwargs['drop_path_rate'] = arch_rate or zoo_rate or 0.1
-        elif arch_rate is not None:
-            warnings.warn('NesT: an arch drop_path_rate is deprecated and ignored; pass '
-                          'drop_path_rate to the backbone', DeprecationWarning)
-        return arch
-
     def _check_img_size(self, size) -> Tuple[int, int]:
         if isinstance(size, int):
             size = (size, size)
@@ -343,27 +300,22 @@ class NesT(HViTBackbone):
 
     def init_default_weights(self) -> None:
         """Official init: trunc-normal(0.02) for dense/conv kernels and embeddings, zero bias."""
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)):
-                trunc_normal_(module.weight, std=.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        trunc_normal_init(self)
         for stage in self.stages:
             if stage.pos_embed is not None:
                 trunc_normal_(stage.pos_embed, std=.02)
 
-    # --- forward ------------------------------------------------------------------------------
-    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+    # --- forward: a stage returns (the map the next stage takes, its output) -------------------
+    def forward_stem(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         x = self.patch_embed(x)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            x, out = stage(x)
-            if i in self.out_indices:
-                outs.append(out)
-        return outs
+        return x, x
+
+    def forward_stage(self, stage: NesTStage, state: Tuple[torch.Tensor, torch.Tensor]
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+        return stage(state[0])
+
+    def stage_output(self, index: int, state: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return state[1]
 
     # --- checkpoints --------------------------------------------------------------------------
     def pos_embed_keys(self) -> Tuple[str, ...]:
@@ -389,77 +341,5 @@ class NesT(HViTBackbone):
         return convert_nest_checkpoint(state_dict, num_heads=self.arch_settings['num_heads'])
 
     def describe_checkpoint(self, state_dict: dict) -> str:
-        return describe_nest_checkpoint(state_dict)
+        return describe_nest_checkpoint(state_dict, type(self))
 
-
-# --- checkpoints ---------------------------------------------------------------------------------
-_OFFICIAL_HEAD_DIM = 32  # every official / timm NesT variant: 96 / 3, 128 / 4, ... channels
-_FINAL_NORM = f'stages.{NesT.pretrained_stages - 1}.out_norm.'
-# timm names (nest_*_jx carry the official JAX weights) and this package's older ones -> ours.
-_RULES = [
-    (r'^levels\.(\d+)\.(?:transformer_encoder|layers)\.', r'stages.\1.blocks.'),
-    (r'^levels\.(\d+)\.pool\.', r'stages.\1.downsample.'),
-    (r'^levels\.(\d+)\.pos_embed$', r'stages.\1.pos_embed'),
-    (r'^norm\.', _FINAL_NORM),
-]
-_TIMM_ATTN_PROJ = re.compile(r'^levels\.(\d+)\.transformer_encoder\.\d+\.attn\.proj\.weight$')
-
-
-def _head_major_proj(value: torch.Tensor, heads: int) -> torch.Tensor:
-    """timm's attention hands ``attn.proj`` its channels ordered (head_dim, heads), and its
-    converted official weights follow that order; ours are head-major (heads, head_dim)."""
-    dims = value.shape[1]
-    if heads <= 0 or dims % heads:
-        return value
-    return value.reshape(value.shape[0], dims // heads, heads).transpose(1, 2).reshape(
-        value.shape[0], dims)
-
-
-def convert_nest_checkpoint(state_dict: Dict[str, torch.Tensor],
-                            num_heads: Optional[Sequence[int]] = None,
-                            with_head: bool = False) -> 'OrderedDict[str, torch.Tensor]':
-    """Convert a timm NesT state dict (or one of this package's older releases) to our keys.
-
-    timm's ``attn.proj`` input columns are permuted to head-major order, which needs the heads
-    per level: ``num_heads`` or, by default, dims / 32 as in every official variant. Our own keys
-    pass through unchanged. timm's classifier (``head.weight``/``head.bias``) is dropped, or with
-    ``with_head`` renamed to mmpretrain's ``LinearClsHead`` keys ``head.fc.weight``/``.bias``.
-    """
-    converted = OrderedDict()
-    for key, value in state_dict.items():
-        if key.startswith('head.'):
-            if with_head:
-                converted['head.fc.' + key.split('.')[-1]] = value
-            continue
-        timm_proj = _TIMM_ATTN_PROJ.match(key)
-        if timm_proj:
-            level = int(timm_proj.group(1))
-            heads = num_heads[level] if num_heads is not None and level < len(num_heads) \
-                else value.shape[1] // _OFFICIAL_HEAD_DIM
-            value = _head_major_proj(value, heads)
-        for pattern, repl in _RULES:
-            key, hits = re.subn(pattern, repl, key)
-            if hits:
-                break
-        converted[key] = value
-    return converted
-
-
-def describe_nest_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
-    """Name the NesT arch a (timm, older or our) state dict was made for, e.g. ``'tiny'``."""
-    state_dict = convert_nest_checkpoint(state_dict)
-    dims, depths = [], []
-    for i in range(NesT.pretrained_stages):
-        pos = state_dict.get(f'stages.{i}.pos_embed')
-        if pos is None:
-            break
-        dims.append(int(pos.shape[-1]))
-        depths.append(len({m.group(1) for m in (
-            re.match(rf'stages\.{i}\.blocks\.(\d+)\.', k) for k in state_dict) if m}))
-    if not dims:
-        return 'unknown (no stages.*.pos_embed key: not a NesT checkpoint?)'
-    for name in ('tiny', 'small', 'base'):
-        arch = NesT.arch_zoo[name]
-        if arch['embed_dims'][:len(dims)] == dims and arch['depths'][:len(depths)] == depths:
-            return name
-    return f'custom(dims={dims}, depths={depths})'

@@ -6,7 +6,7 @@
 converted by :mod:`mmhvit.models.converters.ptnt`.
 """
 import math
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -27,6 +27,7 @@ from ..layers import (
     padding_to_multiple,
     resize_attn_bias,
     resize_pos_map,
+    trunc_normal_init,
 )
 from .base_backbone import HViTBackbone
 from .tnt import WordsToSentence
@@ -159,6 +160,25 @@ class PyramidTNTBlock(nn.Module):
         return words, self.outer(sentences, grid=grid, attn_bias=attn_bias)
 
 
+class StageResult(NamedTuple):
+    """What a stage returns: words, sentences and their grid for the next stage, and its output
+    tokens (the final-normed sentences in stage 4)."""
+    words: torch.Tensor
+    sentences: torch.Tensor
+    grid: Tuple[int, int]
+    out: torch.Tensor
+
+
+class PyramidTNTState(NamedTuple):
+    """What PyramidTNT's stages pass on: the last stage's result and the input size (the
+    outputs are cropped to it)."""
+    words: torch.Tensor
+    sentences: torch.Tensor
+    grid: Tuple[int, int]
+    out: Optional[torch.Tensor]
+    size: Tuple[int, int]
+
+
 class PyramidTNTStage(BackboneStage):
     """One official ``Stage`` and what feeds it and leaves it: the word and sentence merges from
     the previous stage (stages 2-4), the blocks with their shared learned ``relative_pos`` (a full
@@ -188,7 +208,8 @@ class PyramidTNTStage(BackboneStage):
                                 self.bias_chunk_size)
         return resize_attn_bias(self.relative_pos, self.pos_grid, self.key_grid, grid, key_grid)
 
-    def forward(self, words: torch.Tensor, sentences: torch.Tensor, grid: Tuple[int, int]):
+    def forward(self, words: torch.Tensor, sentences: torch.Tensor,
+                grid: Tuple[int, int]) -> 'StageResult':
         """-> (words, sentences, grid) for the next stage, and this stage's output tokens."""
         if self.sentence_merge is not None:
             words = self.word_merge(words, grid)  # on the old grid
@@ -197,7 +218,7 @@ class PyramidTNTStage(BackboneStage):
         for block in self.blocks:
             words, sentences = self.run_block(block, words, sentences, grid, bias)
         out = sentences if self.norm is None else self.norm(sentences)
-        return words, sentences, grid, out
+        return StageResult(words, sentences, grid, out)
 
 
 def build_upsample(channels: int, norm_cfg: dict) -> nn.Module:
@@ -375,39 +396,38 @@ class PyramidTNT(HViTBackbone):
     def init_default_weights(self) -> None:
         """The official initialisation: truncated normal (std .02) for the position embeddings
         and linears, normal(0, sqrt(2 / fan_out)) for convs, N(0, 1) for ``relative_pos``."""
+        trunc_normal_init(self, layer_types=(nn.Linear, ))
         trunc_normal_(self.patch_embed.pos_embed, std=.02)
         trunc_normal_(self.patch_embed.word_pos_embed, std=.02)
         for module in self.modules():
-            if isinstance(module, nn.Linear):
-                trunc_normal_(module.weight, std=.02)
-            elif isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
+            if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
                 fan_out = math.prod(module.kernel_size) * module.out_channels // module.groups
                 nn.init.normal_(module.weight, 0, math.sqrt(2. / fan_out))
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-            if isinstance(module, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d, nn.LayerNorm)) \
-                    and module.bias is not None:
-                nn.init.zeros_(module.bias)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
         for stage in self.stages:
             nn.init.normal_(stage.relative_pos)
 
     # --- forward ------------------------------------------------------------------------------
-    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+    def forward_stem(self, x: torch.Tensor) -> PyramidTNTState:
         height, width = x.shape[-2:]
         x = pad_nchw(x, *padding_to_multiple(height, width, SENTENCE_STRIDE))
         words, sentences, grid = self.patch_embed(x)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            words, sentences, grid, out = stage(words, sentences, grid)
-            if i in self.out_indices:
-                fmap = out.transpose(1, 2).reshape(out.shape[0], -1, *grid)
-                if stage.out_proj is not None:
-                    stride = SENTENCE_STRIDE * 2**i // 2
-                    # 2 ceil(n / 2s) can exceed ceil(n / s) by one row in the padding: crop it.
-                    fmap = stage.out_proj(fmap)[..., :ceil_div(height, stride),
-                                                :ceil_div(width, stride)]
-                outs.append(fmap)
-        return outs
+        return PyramidTNTState(words, sentences, grid, None, (height, width))
+
+    def forward_stage(self, stage: PyramidTNTStage, state: PyramidTNTState) -> PyramidTNTState:
+        return state._replace(**stage(state.words, state.sentences, state.grid)._asdict())
+
+    def stage_output(self, index: int, state: PyramidTNTState) -> torch.Tensor:
+        out, grid = state.out, state.grid
+        fmap = out.transpose(1, 2).reshape(out.shape[0], -1, *grid)
+        stage = self.stages[index]
+        if stage.out_proj is None:
+            return fmap
+        stride = SENTENCE_STRIDE * 2**index // 2
+        # 2 ceil(n / 2s) can exceed ceil(n / s) by one row in the padding: crop it.
+        height, width = state.size
+        return stage.out_proj(fmap)[..., :ceil_div(height, stride), :ceil_div(width, stride)]
 
     # --- checkpoints --------------------------------------------------------------------------
     def pos_embed_keys(self) -> Tuple[str, ...]:

@@ -3,13 +3,10 @@
 `Transformer in Transformer <https://arxiv.org/abs/2103.00112>`_ (Han et al., NeurIPS 2021).
 The layers follow the official code (``huawei-noah/Efficient-AI-Backbones``,
 ``tnt_pytorch/tnt.py``); official, timm and mmpretrain checkpoints are converted by
-:func:`convert_tnt_checkpoint`.
+:func:`~mmhvit.models.converters.convert_tnt_checkpoint`.
 """
 import math
-import re
-import warnings
-from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -17,6 +14,7 @@ from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
+from ..converters import convert_tnt_checkpoint, describe_tnt_checkpoint
 from ..layers import (
     BackboneStage,
     TransformerLayer,
@@ -27,6 +25,7 @@ from ..layers import (
     pad_nchw,
     padding_to_multiple,
     resize_pos_map,
+    trunc_normal_init,
 )
 from .base_backbone import HViTBackbone
 
@@ -199,6 +198,18 @@ class TNTEmbed(nn.Module):
         return words, self.pos_drop(sentences + self.sentence_pos(real, padded))
 
 
+class TNTState(NamedTuple):
+    """What TNT's stages pass on: words (B * N, 16, c) and sentences (B, 1 + N, d), with the
+    sentence key mask (None when no sentence is wholly padding) and the geometry the outputs are
+    read with: the real and padded sentence grids and the input size."""
+    words: torch.Tensor
+    sentences: torch.Tensor
+    key_mask: Optional[torch.Tensor]
+    real: Tuple[int, int]
+    padded: Tuple[int, int]
+    size: Tuple[int, int]
+
+
 class TNTStage(BackboneStage):
     """The blocks that feed one output (as Swin's ``SwinBlockSequence``), the output's norm and
     rescaling of the stride-16 sentence map to the output's stride (as mmdet's Swin normalises
@@ -265,7 +276,7 @@ class TNT(HViTBackbone):
             per sentence side) and ``word_size`` (4, pixels per word side; both powers of two,
             the official archs use the defaults). Default: 'small'.
         pretrain_img_size (int | tuple): Image size the sentence position embedding is stored for
-            (its grid is this size // 16). Default: 224.
+            (its grid is this size // the patch size). Default: 224.
         out_type (str): ``'pyramid'``: NCHW maps at strides 4, 8, 16, 32; ``'raw'``: the stride-16
             sentence maps (d channels) themselves; ``'cls_token'``: the class token (B, d) after
             each stage (for image classification, ``out_indices=(3, )`` gives the official
@@ -279,8 +290,6 @@ class TNT(HViTBackbone):
             weights differ). Default: False.
         pyramid_norm_cfg (dict): Norm of each pyramid output and inside its stride-4 branch.
             Default: LN over channels, eps 1e-6.
-        out_blocks (Sequence[int], optional): Deprecated: the 1-based blocks that end each stage;
-            use ``arch['depths']``.
         **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
             ``out_indices``, ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg`` (default LN), ``act_cfg`` (default GELU), ``frozen_stages`` (0 the
@@ -299,8 +308,6 @@ class TNT(HViTBackbone):
     essential_keys = ('embed_dims', 'inner_dims', 'depths', 'num_heads', 'inner_num_heads')
     optional_keys = dict(mlp_ratio=4., se=False, qkv_bias=False, patch_size=PATCH_SIZE,
                          word_size=WORD_SIZE)
-    renamed_arch_keys = dict(embed_dims_outer='embed_dims', embed_dims_inner='inner_dims',
-                             num_heads_outer='num_heads', num_heads_inner='inner_num_heads')
     default_norm_cfg = dict(type='LN')
     default_act_cfg = dict(type='GELU')
 
@@ -312,7 +319,6 @@ class TNT(HViTBackbone):
                  size_divisor: Optional[int] = None,
                  legacy: bool = False,
                  pyramid_norm_cfg: dict = dict(type='LN2d', eps=1e-6),
-                 out_blocks: Optional[Sequence[int]] = None,
                  **kwargs):
         if out_type not in OUT_TYPES:
             raise ValueError(f'TNT: out_type must be one of {OUT_TYPES}, got {out_type!r}')
@@ -324,34 +330,11 @@ class TNT(HViTBackbone):
         self.pretrain_img_size = tuple(pretrain_img_size)
         self.out_type, self.final_norm, self.size_divisor = out_type, final_norm, size_divisor
         self.legacy, self.pyramid_norm_cfg = legacy, pyramid_norm_cfg
-        super().__init__(self._upgrade_arch(arch, out_blocks), **kwargs)
+        super().__init__(arch, **kwargs)
         if legacy:
             self.arch_name += ' (legacy)'
 
     # --- construction -------------------------------------------------------------------------
-    @classmethod
-    def _upgrade_arch(cls, arch, out_blocks):
-        """Read this release's deprecated spellings: ``num_layers`` in the arch and
-        ``out_blocks`` (the blocks that end the stages) become ``depths``."""
-        if out_blocks is None and not (isinstance(arch, dict) and 'num_layers' in arch):
-            return arch
-        arch = dict(cls.arch_zoo[arch.lower()] if isinstance(arch, str) and
-                    arch.lower() in cls.arch_zoo else arch)
-        total = arch.pop('num_layers', None)
-        total = sum(arch['depths']) if total is None and 'depths' in arch else total
-        if out_blocks is None:
-            out_blocks = [total * (i + 1) // cls.num_stages for i in range(cls.num_stages)]
-        else:
-            warnings.warn('TNT: out_blocks is deprecated; give the blocks per stage as arch '
-                          'depths', DeprecationWarning)
-        ends = [int(b) for b in out_blocks]
-        if len(ends) != cls.num_stages or any(not 1 <= b <= (total or b) for b in ends) \
-                or ends != sorted(ends):
-            raise ValueError(f'TNT: out_blocks must be {cls.num_stages} non-decreasing block '
-                             f'numbers in 1..{total} (1-based), got {tuple(out_blocks)}')
-        arch['depths'] = [end - start for start, end in zip([0] + ends[:-1], ends)]
-        return arch
-
     def canonical_arch_name(self, name: str) -> str:
         return {'ti': 'tiny', 's': 'small', 'b': 'base'}.get(name, name)
 
@@ -421,17 +404,10 @@ class TNT(HViTBackbone):
         embed = self.patch_embed
         for param in (embed.cls_token, embed.pos_embed, embed.word_pos_embed):
             trunc_normal_(param, std=.02)
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                trunc_normal_(module.weight, std=.02)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        trunc_normal_init(self, layer_types=(nn.Linear, ))  # the official code leaves convs be
 
     # --- forward ------------------------------------------------------------------------------
-    def _forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+    def forward_stem(self, x: torch.Tensor) -> TNTState:
         height, width = x.shape[-2:]
         x = pad_nchw(x, *padding_to_multiple(height, width, self.size_divisor))
         patch = self.arch_settings['patch_size']
@@ -445,12 +421,14 @@ class TNT(HViTBackbone):
             # The class token is always a real key.
             key_mask = torch.cat([valid.new_ones(1), valid.flatten()])[None]
         words, sentences = self.patch_embed(x, real)
-        outs = []
-        for i, stage in enumerate(self.stages):
-            words, sentences = stage(words, sentences, key_mask)
-            if i in self.out_indices:
-                outs.append(self._output(i, sentences, real, padded, (height, width)))
-        return outs
+        return TNTState(words, sentences, key_mask, real, padded, (height, width))
+
+    def forward_stage(self, stage: TNTStage, state: TNTState) -> TNTState:
+        words, sentences = stage(state.words, state.sentences, state.key_mask)
+        return state._replace(words=words, sentences=sentences)
+
+    def stage_output(self, index: int, state: TNTState) -> torch.Tensor:
+        return self._output(index, state.sentences, state.real, state.padded, state.size)
 
     def _output(self, index: int, sentences: torch.Tensor, real: Tuple[int, int],
                 padded: Tuple[int, int], size: Tuple[int, int]) -> torch.Tensor:
@@ -485,222 +463,10 @@ class TNT(HViTBackbone):
         return torch.cat([value[:, :1], grid.flatten(2).transpose(1, 2)], dim=1)
 
     def convert_checkpoint(self, state_dict: dict) -> dict:
-        converted = convert_tnt_checkpoint(state_dict, depths=self.arch_settings['depths'])
-        # The classifier is not part of the backbone.
-        return OrderedDict((k, v) for k, v in converted.items() if not k.startswith('head.'))
+        return convert_tnt_checkpoint(state_dict, depths=self.arch_settings['depths'])
 
     def describe_checkpoint(self, state_dict: dict) -> str:
-        return describe_tnt_checkpoint(state_dict)
-
-
-# --- checkpoints ------------------------------------------------------------------------------
-# timm block names -> the official ones; mmpretrain's are handled by _from_mmpretrain.
-_TIMM_BLOCK_NAMES = {
-    'norm_in': 'inner_norm1',
-    'attn_in': 'inner_attn',
-    'norm_mlp_in': 'inner_norm2',
-    'mlp_in': 'inner_mlp',
-    'norm1_proj': 'proj_norm1',
-    'proj': 'proj',
-    'norm2_proj': 'proj_norm2',
-    'norm_out': 'outer_norm1',
-    'attn_out': 'outer_attn',
-    'norm_mlp': 'outer_norm2',
-    'mlp': 'outer_mlp',
-}
-_TIMM_TOP_NAMES = {
-    'pixel_embed': 'patch_embed',
-    'pixel_pos': 'inner_pos',
-    'patch_pos': 'outer_pos',
-    'norm1_proj': 'proj_norm1',
-    'norm2_proj': 'proj_norm2',
-}
-# Official names -> ours, outside the blocks.
-_OFFICIAL_TOP_NAMES = {
-    'patch_embed.proj.': 'patch_embed.word_embed.',
-    'inner_pos': 'patch_embed.word_pos_embed',
-    'proj_norm1.': 'patch_embed.norm1.',
-    'proj.': 'patch_embed.proj.',
-    'proj_norm2.': 'patch_embed.norm2.',
-    'cls_token': 'patch_embed.cls_token',
-    'outer_pos': 'patch_embed.pos_embed',
-}
-# Official block names -> ours (``blocks.{i}.`` becomes ``stages.{s}.blocks.{j}.``).
-_OFFICIAL_BLOCK_NAMES = {
-    'inner_norm1.': 'inner.norm1.',
-    'inner_attn.proj.': 'inner.attn.proj.',
-    'inner_norm2.': 'inner.norm2.',
-    'inner_mlp.': 'inner.mlp.',
-    'proj_norm1.': 'word_proj.norm1.',
-    'proj.': 'word_proj.proj.',
-    'proj_norm2.': 'word_proj.norm2.',
-    'outer_norm1.': 'outer.norm1.',
-    'outer_attn.proj.': 'outer.attn.proj.',
-    'outer_norm2.': 'outer.norm2.',
-    'outer_mlp.': 'outer.mlp.',
-    'se_layer.': 'outer.se.',
-}
-
-
-def detect_tnt_layout(state_dict: Dict[str, torch.Tensor]) -> str:
-    """'ours', 'official', 'timm' or 'mmpretrain'; raises for anything else."""
-    keys = set(state_dict)
-    if 'patch_embed.pos_embed' in keys and 'patch_embed.word_embed.weight' in keys:
-        return 'ours'
-    if 'outer_pos' in keys and 'patch_embed.proj.weight' in keys:
-        return 'official'
-    if 'patch_pos' in keys and 'pixel_embed.proj.weight' in keys:
-        return 'mmpretrain' if any(k.startswith('layers.') for k in keys) else 'timm'
-    raise ValueError('not a TNT checkpoint of a known layout (mmhvit, official, timm or '
-                     'mmpretrain): no patch_embed.pos_embed, outer_pos + patch_embed.proj or '
-                     f'patch_pos + pixel_embed.proj keys; first keys: {sorted(keys)[:6]}')
-
-
-def _from_timm(state_dict):
-    out = OrderedDict()
-    for key, value in state_dict.items():
-        match = re.match(r'blocks\.(\d+)\.([a-z0-9_]+)\.(.+)', key)
-        if match:
-            index, name, rest = match.groups()
-            key = f'blocks.{index}.{_TIMM_BLOCK_NAMES.get(name, name)}.{rest}'
-        else:
-            head, _, rest = key.partition('.')
-            key = _TIMM_TOP_NAMES.get(head, head) + ('.' + rest if rest else '')
-        if key == 'inner_pos':  # (1, c, 4, 4) map -> (1, 16, c) tokens
-            value = value.flatten(2).transpose(1, 2)
-        out[key] = value
-    return out
-
-
-def _from_mmpretrain(state_dict):
-    """mmpretrain's (legacy-layout) TNT -> the official names; its packed ``in_proj`` [q | k | v]
-    becomes the official ``qk`` and ``v``."""
-    out = OrderedDict()
-    for key, value in state_dict.items():
-        match = re.match(r'layers\.(\d+)\.(inner_block|outer_block|norm_proj|projection)\.(.+)',
-                         key)
-        if not match:
-            head, _, rest = key.partition('.')
-            key = {'projection': 'proj'}.get(head, _TIMM_TOP_NAMES.get(head, head)) + \
-                ('.' + rest if rest else '')
-            out[key] = value.flatten(2).transpose(1, 2) if key == 'inner_pos' else value
-            continue
-        index, part, rest = match.groups()
-        out.update(_mmpretrain_block_tensor(f'blocks.{index}.', part, rest, key, value))
-    return out
-
-
-def _mmpretrain_block_tensor(prefix, part, rest, key, value):
-    if part in ('norm_proj', 'projection'):
-        name = {'norm_proj': 'proj_norm1', 'projection': 'proj'}[part]
-        return {f'{prefix}{name}.{rest}': value}
-    side = 'inner' if part == 'inner_block' else 'outer'
-    if rest in ('attn.attn.in_proj_weight', 'attn.attn.in_proj_bias'):
-        dims = value.shape[0] // 3
-        kind = rest.rsplit('_', 1)[-1]
-        return {f'{prefix}{side}_attn.qk.{kind}': value[:2 * dims],
-                f'{prefix}{side}_attn.v.{kind}': value[2 * dims:]}
-    for old, new in (('norm_attn.', 'norm1.'), ('norm_ffn.', 'norm2.'),
-                     ('attn.attn.out_proj.', 'attn.proj.'), ('ffn.layers.0.0.', 'mlp.fc1.'),
-                     ('ffn.layers.1.', 'mlp.fc2.')):
-        if rest.startswith(old):
-            return {f'{prefix}{side}_{new}{rest[len(old):]}': value}
-    return {key: value}  # unknown: kept, so that loading reports it
-
-
-def _stage_of_block(depths: Sequence[int]) -> List[Tuple[int, int]]:
-    """(stage, index in stage) of every block, in order."""
-    return [(stage, j) for stage, depth in enumerate(depths) for j in range(depth)]
-
-
-def _from_official(state_dict, depths: Sequence[int]):
-    """Official names -> ours: blocks into stages, ``qk`` and ``v`` into one ``qkv``, the final
-    norm into the stage of the last block."""
-    places = _stage_of_block(depths)
-    last_stage = places[-1][0]
-    out = OrderedDict()
-    for key, value in state_dict.items():
-        match = re.match(r'blocks\.(\d+)\.(.+)', key)
-        if match is None:
-            if key.startswith('norm.'):
-                key = f'stages.{last_stage}.norm.' + key[len('norm.'):]
-            for old, new in _OFFICIAL_TOP_NAMES.items():
-                if key == old or key.startswith(old) and old.endswith('.'):
-                    key = new + key[len(old):]
-                    break
-            out[key] = value
-            continue
-        index, rest = int(match.group(1)), match.group(2)
-        if index >= len(places):
-            out[key] = value  # more blocks than this model: reported as unexpected
-            continue
-        prefix = 'stages.{}.blocks.{}.'.format(*places[index])
-        out.update(_official_block_tensor(state_dict, prefix, index, rest, value))
-    return out
-
-
-def _official_block_tensor(state_dict, prefix, index, rest, value):
-    qkv = re.match(r'(inner|outer)_attn\.(qk|v)\.(weight|bias)$', rest)
-    if qkv:
-        side, part, kind = qkv.groups()
-        if part == 'v':
-            return {}  # taken with qk
-        v = state_dict[f'blocks.{index}.{side}_attn.v.{kind}']
-        return {f'{prefix}{side}.attn.qkv.{kind}': torch.cat([value, v])}
-    for old, new in _OFFICIAL_BLOCK_NAMES.items():
-        if rest.startswith(old):
-            return {prefix + new + rest[len(old):]: value}
-    return {prefix + rest: value}
-
-
-def convert_tnt_checkpoint(state_dict: Dict[str, torch.Tensor],
-                           depths: Optional[Sequence[int]] = None
-                           ) -> 'OrderedDict[str, torch.Tensor]':
-    """Convert a TNT state dict of the official, timm, mmpretrain or our older layout to ours.
-
-    ``depths`` (blocks per stage) places the official flat ``blocks.{i}`` into
-    ``stages.{s}.blocks.{j}``; default: the checkpoint's blocks split evenly over the four stages
-    (3, 3, 3, 3 for the official models). The classifier becomes ``head.weight``/``head.bias``
-    (an MMPretrain classifier's ``head.fc.*`` too); the official file's unused ``outer_tokens`` is
-    dropped; our older ``pyramid.ops.{i}`` become ``stages.{i}.out_proj``. Legacy-layout weights
-    keep their legacy shapes: load them into ``TNT(legacy=True)``.
-    """
-    if any(k.startswith('backbone.') for k in state_dict):
-        state_dict = OrderedDict((k[len('backbone.'):] if k.startswith('backbone.') else k, v)
-                                 for k, v in state_dict.items())
-    state_dict = OrderedDict(('head.' + k[len('head.fc.'):] if k.startswith('head.fc.') else k, v)
-                             for k, v in state_dict.items() if k != 'outer_tokens')
-    layout = detect_tnt_layout(state_dict)
-    if layout == 'ours':
-        return state_dict
-    if layout == 'timm':
-        state_dict = _from_timm(state_dict)
-    elif layout == 'mmpretrain':
-        state_dict = _from_mmpretrain(state_dict)
-    if depths is None:
-        total = len({k.split('.')[1] for k in state_dict if k.startswith('blocks.')})
-        depths = [total * (i + 1) // 4 - total * i // 4 for i in range(4)]
-    state_dict = OrderedDict(
-        (re.sub(r'^pyramid\.ops\.(\d+)\.', r'stages.\1.out_proj.', k), v)
-        for k, v in state_dict.items())
-    return _from_official(state_dict, depths)
-
-
-def describe_tnt_checkpoint(state_dict: Dict[str, torch.Tensor]) -> str:
-    """The arch a converted state dict was made for: an ``arch_zoo`` name or the dims and depth."""
-    try:
-        inner_dims = state_dict['patch_embed.word_pos_embed'].shape[-1]
-        embed_dims = state_dict['patch_embed.pos_embed'].shape[-1]
-    except KeyError:
-        return 'unknown (no patch_embed.word_pos_embed / pos_embed)'
-    depth = len({tuple(k.split('.')[1:4:2]) for k in state_dict if k.startswith('stages.')
-                 and '.blocks.' in k})
-    legacy = ' (legacy)' if any(k.endswith('word_proj.proj.bias') for k in state_dict) else ''
-    for name, arch in TNT.arch_zoo.items():
-        if len(name) > 2 and (arch['inner_dims'], arch['embed_dims'],
-                              sum(arch['depths'])) == (inner_dims, embed_dims, depth):
-            return name + legacy
-    return f'custom (inner_dims={inner_dims}, embed_dims={embed_dims}, {depth} blocks){legacy}'
+        return describe_tnt_checkpoint(state_dict, type(self))
 
 
 def _is_power_of_two(value) -> bool:

@@ -48,7 +48,7 @@ def detect_ptnt_layout(state_dict: Dict[str, torch.Tensor]) -> str:
     if any(k in keys for k in _TNT_MARKERS):
         raise ValueError('this is a TNT checkpoint (sentences of 16 x 16 pixels, a class '
                          'token), not a PyramidTNT one: load it into mmhvit.TNT '
-                         '(tools/model_converters/tnt2mmhvit.py)')
+                         '(convert it with: mmhvit convert tnt SRC DST)')
     raise ValueError('not a PyramidTNT checkpoint (official or mmhvit layout): it has no '
                      'patch_embed.common_conv / patch_embed.outer_convs keys (the conv stem); '
                      f'first keys: {sorted(keys)[:6]}')

@@ -6,16 +6,18 @@ from .attention import (
                         set_attention_kernel,
                         split_heads,
 )
-from .hmhsa import HMHSA, grid_attention, pool_cells
+from .export import is_exporting
+from .hmhsa import HMHSA, grid_attention
 from .mlp import Mlp
 from .norm import LayerNorm2d, build_norm2d
+from .pooling import pool_cells
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
 from .stage import BackboneStage
 from .transformer import MultiheadSelfAttention, ReducedAttention, TransformerLayer
+from .weight_init import trunc_normal_init
 from .windows import (
                         ceil_div,
-                        is_exporting,
                         pad_nchw,
                         pad_nhwc,
                         padding_to_multiple,
@@ -32,5 +34,5 @@ __all__ = [
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',
     'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
-    'window_key_mask', 'is_exporting', 'ceil_div'
+    'window_key_mask', 'is_exporting', 'ceil_div', 'trunc_normal_init'
 ]

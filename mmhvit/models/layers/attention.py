@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .windows import is_exporting
+from .export import is_exporting
 
 ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # Up to this many keys, plain matmul + softmax beats the CPU SDPA kernels (TNT's 16-word sentences,

@@ -8,13 +8,12 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .attention import multihead_attention
+from .export import is_exporting
 from .norm import build_norm2d
+from .pooling import pool_cells
 from .windows import (
-    is_exporting,
-    pad_nchw,
     pad_nhwc,
     padding_to_multiple,
     window_key_mask,
@@ -45,34 +44,6 @@ def grid_attention(qkv: torch.Tensor, grid_size: int, attention: Callable) -> to
     return out[:, :height, :width] if is_exporting() or pad_h or pad_w else out
 
 
-def pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
-    """Average or max of each ``cell`` x ``cell`` cell of an NCHW map; partial border cells pool
-    only their valid pixels (ceil mode without padding), so no padding value enters a pooled token.
-
-    Equals ``nn.AvgPool2d(cell, cell)`` / ``nn.MaxPool2d(cell, cell)`` when H and W are multiples
-    of ``cell``.
-    """
-    if cell == 1:
-        return x
-    if is_exporting():
-        return _export_pool_cells(x, cell, mode)
-    # A map smaller than the cell is one partial cell: clip the kernel, keep the stride.
-    kernel = (min(cell, x.shape[-2]), min(cell, x.shape[-1]))
-    pool = F.avg_pool2d if mode == 'avg' else F.max_pool2d
-    return pool(x, kernel, cell, ceil_mode=True)
-
-
-def _export_pool_cells(x: torch.Tensor, cell: int, mode: str) -> torch.Tensor:
-    """:func:`pool_cells` without ceil mode or a size-dependent kernel, for exported graphs:
-    the map is padded to whole cells; max pads with the lowest finite value, average divides the
-    cell sums by the number of valid pixels (an average pool of the padded validity map)."""
-    pad_h, pad_w = padding_to_multiple(x.shape[-2], x.shape[-1], cell)
-    if mode != 'avg':
-        return F.max_pool2d(pad_nchw(x, pad_h, pad_w, torch.finfo(x.dtype).min), cell, cell)
-    valid = pad_nchw(torch.ones_like(x[:1, :1]), pad_h, pad_w)
-    return F.avg_pool2d(pad_nchw(x, pad_h, pad_w), cell, cell) / F.avg_pool2d(valid, cell, cell)
-
-
 class HMHSA(nn.Module):
     """Hierarchical multi-head self-attention on an NCHW map.
 
@@ -94,17 +65,20 @@ class HMHSA(nn.Module):
         num_heads (int): Heads (the official models use embed_dims // 64).
         grid_size (int): Window side G.
         ds_ratio (int): Pooling ratio r of the keys/values of the official global step.
-        mode (str): 'official' or 'iterative'.
+        mode (str): 'official' or 'iterative' (``HMHSA.modes``).
         qkv_bias (bool): Bias of the qkv, q and kv projections.
         drop_rate (float): Channel dropout on the output (``nn.Dropout2d``, as the official code).
         attn_drop_rate (float): Dropout on the attention weights.
         norm_cfg (dict): Norm config.
     """
 
+    modes = ('official', 'iterative')
+
     def __init__(self, embed_dims: int, num_heads: int, grid_size: int = 1, ds_ratio: int = 1,
                  mode: str = 'official', qkv_bias: bool = True, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., norm_cfg: dict = dict(type='BN')):
         super().__init__()
+        self._check_arguments(embed_dims, num_heads, grid_size, ds_ratio, mode)
         self.num_heads = num_heads
         self.grid_size = grid_size
         self.ds_ratio = ds_ratio
@@ -121,6 +95,16 @@ class HMHSA(nn.Module):
             self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.drop = nn.Dropout2d(drop_rate)
+
+    def _check_arguments(self, embed_dims, num_heads, grid_size, ds_ratio, mode) -> None:
+        if mode not in self.modes:
+            raise ValueError(f'H-MHSA mode must be one of {self.modes}, got {mode!r}')
+        for name, value in (('grid_size', grid_size), ('ds_ratio', ds_ratio)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f'H-MHSA {name} must be an integer >= 1, got {value!r}')
+        if num_heads < 1 or embed_dims % num_heads:
+            raise ValueError(f'H-MHSA num_heads must be >= 1 and divide embed_dims '
+                             f'{embed_dims}, got {num_heads}')
 
     def _attention(self, q, k, v, key_mask=None):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,

@@ -3,7 +3,7 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
-from .windows import is_exporting
+from .export import is_exporting
 
 # PyTorch's bicubic kernel (Keys' cubic convolution, a = -0.75).
 CUBIC_A = -0.75

@@ -4,8 +4,8 @@ import math
 import torch
 import torch.nn as nn
 
-from .hmhsa import pool_cells
 from .norm import build_norm2d
+from .pooling import pool_cells
 
 
 def build_rescale(scale: float, channels: int, norm_cfg: dict) -> nn.Module:

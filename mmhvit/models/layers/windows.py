@@ -1,23 +1,14 @@
 """Padding to whole windows and the window (block) layout of token maps.
 
-While a model is traced for export (:func:`is_exporting`), sizes are traced values: the helpers
-here then never branch on them (a Python ``if`` would freeze the traced size's branch into the
-graph), so one exported graph serves every input size.
+While a model is traced for export (:func:`~.export.is_exporting`), the helpers here never branch
+on sizes, so one exported graph serves every input size.
 """
 from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-
-def is_exporting() -> bool:
-    """Whether this call runs inside ``torch.onnx.export`` (its tracing included).
-
-    Checked per call by the layers that take an export-friendly form (no branch on sizes,
-    no -inf, no ceil-mode pooling); eager and ``torch.compile`` runs keep their own form, and so
-    does a plain ``torch.jit.trace`` (the FLOP counter traces, and must see SDPA calls).
-    """
-    return torch.onnx.is_in_onnx_export()
+from .export import is_exporting
 
 
 def ceil_div(size, divisor: int):

@@ -9,12 +9,9 @@ import torch
 import torch.nn as nn
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
-from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
-from ..layers import HMHSA
-
-MODES = ('official', 'iterative')
+from ..layers import HMHSA, trunc_normal_init
 
 
 # register_backbone registers any model class: 'mmhvit.HMHSAPlugin' and, since no OpenMMLab library
@@ -49,7 +46,7 @@ class HMHSAPlugin(BaseModule):
             (at least 1).
         head_dims (int): Channels per head when ``num_heads`` is None. Default: 64 (as TransCNN).
         mode (str): 'official' (the released H-MHSA) or 'iterative' (the paper's). Default:
-            'official'.
+            'official'. H-MHSA checks ``mode``, ``grid_size`` and ``ds_ratio``.
         qkv_bias (bool): Bias of the attention projections. Default: True.
         drop_rate (float): Channel dropout on the H-MHSA output. Default: 0.
         attn_drop_rate (float): Dropout on the attention weights. Default: 0.
@@ -68,11 +65,6 @@ class HMHSAPlugin(BaseModule):
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  norm_cfg: dict = dict(type='LN'), init_cfg: Optional[dict] = None):
         super().__init__(init_cfg)
-        if mode not in MODES:
-            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        for name, value in (('grid_size', grid_size), ('ds_ratio', ds_ratio)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
         if not 0 < ratio <= 1:
             raise ValueError(f'ratio must be in (0, 1], got {ratio!r}')
         embed_dims = int(round(in_channels * ratio))
@@ -107,11 +99,7 @@ class HMHSAPlugin(BaseModule):
         if self.init_cfg is not None:
             super().init_weights()
             return
-        for m in self.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                trunc_normal_(m.weight, std=.02)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
+        trunc_normal_init(self)
         self._zero_last()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
