@@ -181,6 +181,25 @@ def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
     assert all(norms[g] > 0 for g in groups), norms
 
 
+def test_overfit_batch_tool_fits_one_batch(tiny_shapes, capsys):
+    from mmhvit.analysis.grad_norms import overfit_one_batch
+    config = osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_10e_shapes.py')
+    options = {'train_dataloader.batch_size': 2,
+               'train_dataloader.dataset.data_root': str(tiny_shapes) + '/',
+               'experiment_name': 'overfit_batch'}
+    losses = [logs for _, logs in overfit_one_batch(config, 6, 3e-4, options)]
+    assert len(losses) == 6 and {'loss', 'loss_cls', 'loss_bbox'} <= set(losses[0])
+    # the same batch six times with AdamW: the loss must come down
+    assert losses[-1]['loss'] < 0.85 * losses[0]['loss'], losses
+
+    tool = runpy.run_path(osp.join(REPO, 'tools', 'analysis_tools', 'overfit_batch.py'))
+    with pytest.raises(SystemExit) as exit_info:
+        tool['main']([config, '--steps', '0'])
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip() == (
+        'error: --steps and --every must be at least 1, got 0 and 10')
+
+
 def test_results_tool_checks_the_targets():
     from mmhvit.analysis import quickstart as tool
 
