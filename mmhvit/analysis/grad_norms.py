@@ -45,7 +45,7 @@ def overfit_one_batch(config: str, steps: int, lr: float, options=None, checkpoi
     runner.model.train()
     for step in range(steps):
         logs = runner.model.train_step(batch, optim_wrapper)
-        yield step, {name: float(value) for name, value in logs.items()}
+        yield step, {name: float(value.detach()) for name, value in logs.items()}
 
 
 def grad_norms(config: str, checkpoint=None, batches: int = 4, options=None) -> dict:
