@@ -1,13 +1,13 @@
 """The official TransCNN's computation, restated for speed comparisons (not a copy of its code).
 
-``benchmark.py --sections speed`` compares our TransCNN with the released ``TransCNN.py``
-(yun-liu/HAT-Net) when given its path (``--official-transcnn``); without one it times this module,
-which holds the same parameters under the official key names (1x1 convolutions, NCHW BatchNorm,
-so an official state dict loads as it is) and computes the official forward the way the released
-code does: NCHW maps throughout, windows cut by reshape/permute, plain matmul + softmax attention,
-in-place SiLU. Like the official code it needs sides that are multiples of 128 (32 x grid 8 / 2 at
-stride 8: every window and pooled cell whole). ``tests/test_benchmark.py`` checks that it gives
-our TransCNN's logits on the same weights.
+``tools/analysis_tools/benchmark.py --sections speed`` compares our TransCNN with the released
+``TransCNN.py`` (yun-liu/HAT-Net) when given its path (``--official-transcnn``); without one it
+times this module, which holds the same parameters under the official key names (1x1 convolutions,
+NCHW BatchNorm, so an official state dict loads as it is) and computes the official forward the way
+the released code does: NCHW maps throughout, windows cut by reshape/permute, plain matmul + softmax
+attention, in-place SiLU. Like the official code it needs sides that are multiples of 128 (32 x grid
+8 / 2 at stride 8: every window and pooled cell whole). ``tests/test_benchmark.py`` checks that it
+gives our TransCNN's logits on the same weights.
 """
 import torch
 import torch.nn as nn
