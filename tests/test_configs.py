@@ -6,10 +6,12 @@ import re
 
 import pytest
 import torch
-from conftest import REPO, TINY_BACKBONES
+from conftest import REPO
 from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import init_default_scope
+
+from mmhvit.testing import TINY_ARCHS
 
 CONFIGS = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
@@ -130,7 +132,7 @@ def test_config_builds_and_steps(config):
         assert predictions[0].pred_score.shape == (cfg.model.head.num_classes, )
 
 
-@pytest.mark.parametrize('name', sorted(TINY_BACKBONES))
+@pytest.mark.parametrize('name', sorted(TINY_ARCHS))
 def test_backbone_drops_into_mmdet_shipped_retinanet(name):
     """What a user does: mmdet's own config + custom_imports + a backbone override."""
     import mmdet
@@ -140,11 +142,11 @@ def test_backbone_drops_into_mmdet_shipped_retinanet(name):
     init_default_scope('mmdet')
     cfg = Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'retinanet',
                                    'retinanet_r50_fpn_1x_coco.py'))
-    backbone = MODELS.build(dict(type=f'mmhvit.{name}', **TINY_BACKBONES[name]))
+    backbone = MODELS.build(dict(type=f'mmhvit.{name}', **TINY_ARCHS[name]))
     channels = [f.shape[1] for f in backbone(torch.randn(1, 3, 64, 64))]
     cfg.merge_from_dict(dict(
         custom_imports=dict(imports=['mmhvit'], allow_failed_imports=False),
-        model=dict(backbone=dict(_delete_=True, type=f'mmhvit.{name}', **TINY_BACKBONES[name]),
+        model=dict(backbone=dict(_delete_=True, type=f'mmhvit.{name}', **TINY_ARCHS[name]),
                    neck=dict(in_channels=channels))))
     model = MODELS.build(cfg.model)
     data = model.data_preprocessor(make_batch('mmdet', cfg, 128, 160), True)

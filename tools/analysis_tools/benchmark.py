@@ -72,7 +72,7 @@ def parse_args(argv=None):
     parser.add_argument('--official-transcnn', metavar='PATH',
                         help='the released TransCNN.py (yun-liu/HAT-Net) to time against; '
                         'default: our restatement of its computation '
-                        '(mmhvit/analysis/benchmark/official_transcnn.py)')
+                        '(mmhvit.testing.OfficialTransCNN)')
     parser.add_argument('--threads', type=int, default=2, help='CPU threads (fixed)')
     parser.add_argument('--no-vit', dest='with_vit', action='store_false',
                         help='leave the ViT-S/16 baseline out of the scaling section')

@@ -28,21 +28,10 @@ sys.path.insert(0, REPO)
 
 from mmhvit.analysis.benchmark.models import SCALING_ARCHS, log  # noqa: E402
 from mmhvit.analysis.benchmark.models import build_backbone as build_family  # noqa: E402
+from mmhvit.testing import TINY_ARCHS  # noqa: E402  (the dry run's tiny variants)
 from mmhvit.utils import PeakMemory, median_time, step_functions  # noqa: E402
 
 DETECTOR_CONFIGS = {'TransCNN': 'transcnn_b', 'NesT': 'nest_t', 'TNT': 'tnt_s'}
-# Tiny variants for the dry run (the same code paths, seconds on a CPU).
-TINY = {
-    'TransCNN': dict(arch=dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                               num_heads=[1, 1, 2, 2], mlp_ratio=[2, 2, 2, 2],
-                               grid_sizes=[4, 4, 4, 1], ds_ratios=[4, 2, 2, 1])),
-    'NesT': dict(arch=dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                           num_heads=[1, 2, 2, 4], block_size=4), pretrain_img_size=64),
-    'TNT': dict(arch=dict(embed_dims=32, inner_dims=8, depths=[1, 1, 1, 1], num_heads=2,
-                          inner_num_heads=1), pretrain_img_size=64),
-}
-
-
 def settings(dry_run: bool) -> dict:
     if dry_run:
         return dict(device='cpu', shapes=[(1, 64, 64), (1, 96, 160)], det_shape=(96, 160),
@@ -53,7 +42,7 @@ def settings(dry_run: bool) -> dict:
 
 def build_backbone(family: str, dry_run: bool):
     if dry_run:
-        return build_family(family, **TINY[family])
+        return build_family(family, **TINY_ARCHS[family])
     return build_family(family, SCALING_ARCHS[family])
 
 
@@ -88,7 +77,7 @@ def build_detector(algo: str, family: str, dry_run: bool):
     cfg = Config.fromfile(osp.join(REPO, 'configs', name))
     cfg.model.backbone.pop('init_cfg', None)  # random weights: nothing is downloaded
     if dry_run:
-        cfg.model.backbone.update(TINY[family])
+        cfg.model.backbone.update(TINY_ARCHS[family])
         channels = build_backbone(family, dry_run).stage_channels
         out_indices = cfg.model.backbone.get('out_indices', (0, 1, 2, 3))
         cfg.model.neck.in_channels = [channels[i] for i in out_indices]

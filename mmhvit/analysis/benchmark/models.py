@@ -87,17 +87,19 @@ class TensorMode(nn.Module):
 
 def official_transcnn(path: Optional[str]) -> nn.Module:
     """TransCNN-Small as the official code builds it: the released ``TransCNN.py`` at ``path``
-    (its ``TransCNN_Small``), or without a path our restatement of its computation
-    (:mod:`.official_transcnn`, official key names)."""
+    (its ``TransCNN_Small``, BatchNorm statistics randomised), or without a path the restatement
+    of its computation (:class:`mmhvit.testing.OfficialTransCNN`, official key names, random
+    weights)."""
+    from mmhvit.models.backbones.transcnn import TransCNN
     if path is None:
-        from mmhvit.models.backbones.transcnn import TransCNN
-
-        from .official_transcnn import OfficialTransCNN
-        return OfficialTransCNN(TransCNN.arch_zoo['small'])
+        from mmhvit.testing import OfficialTransCNN
+        return OfficialTransCNN(TransCNN.arch_zoo['small']).eval()
     spec = importlib.util.spec_from_file_location('official_transcnn_release', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.TransCNN_Small()
+    model = module.TransCNN_Small().eval()
+    randomize_norms(model)
+    return model
 
 
 def randomize_norms(model: nn.Module) -> None:
@@ -114,8 +116,7 @@ def reference_pair(family: str, official_path: Optional[str] = None):
     """(reference model, our classifier with its weights converted by our converter tool, input
     side, reference name): timm's NesT-T / TNT-S, the official TransCNN-Small."""
     if family == 'TransCNN':
-        reference = official_transcnn(official_path).eval()
-        randomize_norms(reference)
+        reference = official_transcnn(official_path)
         name = 'official TransCNN.py' if official_path else 'official equations (restated)'
         arch, size = 'small', 256
     else:
