@@ -1,6 +1,15 @@
-"""The harness of the suite: the repository's tools run as a user runs them, the generated data
-and a local release server. What the tests compare against (tiny archs, the restated official
+"""The harness of the suite: tiers, the repository's tools run as a user runs them, the generated
+data and a local release server. What the tests compare against (tiny archs, the restated official
 computations, timm's references) is importable from :mod:`mmhvit.testing`.
+
+Tiers (every test module declares one with ``pytestmark``):
+
+- ``unit``: small models and layers built in this process: no tool subprocess, no training run.
+  ``bash tools/run_tests.sh --quick`` runs them, less those also marked ``slow`` (a converter tool
+  run in a subprocess, an MMPretrain classifier, seconds of full-size work).
+- ``integration``: the repository's tools and the OpenMMLab stack (scripts, converters, configs,
+  registries, export, packaging), in a subprocess or in this process.
+- ``e2e``: training and testing runs end to end (tools/train.py, tools/test.py, launchers).
 """
 import functools
 import glob
@@ -16,6 +25,25 @@ import threading
 import pytest
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TIERS = ('unit', 'integration', 'e2e')
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'unit: small models and layers in this process (the quick '
+                            'tier: tools/run_tests.sh --quick)')
+    config.addinivalue_line('markers', 'integration: the tools and the OpenMMLab stack')
+    config.addinivalue_line('markers', 'e2e: training / testing runs end to end')
+    config.addinivalue_line('markers', 'slow: a unit test left out of the quick tier (a converter '
+                            'tool, an MMPretrain classifier, seconds of full-size work)')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test belongs to exactly one tier."""
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) != 1:
+            raise pytest.UsageError(f'{item.nodeid}: tier markers {sorted(tiers)}; give its module '
+                                    f'one of {TIERS} (pytestmark)')
 
 
 def run_tool(*args, timeout=600, env=None, check=True):

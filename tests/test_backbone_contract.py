@@ -14,6 +14,8 @@ import mmhvit.models.layers.stage as stage_module
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.testing import TINY_ARCHS, poison_padding
 
+pytestmark = pytest.mark.unit
+
 FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT,
             'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)

@@ -1,6 +1,9 @@
 import os.path as osp
 
+import pytest
 from conftest import run_tool
+
+pytestmark = pytest.mark.integration
 
 
 def markdown_tables(text):

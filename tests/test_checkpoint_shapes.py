@@ -27,6 +27,8 @@ from mmhvit.testing import (
     transcnn_shapes,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def official(family):
     """(an official-layout state dict, a tiny backbone that takes it) of ``family``."""

@@ -25,6 +25,8 @@ from mmhvit.testing import CodeRunner, assert_close, random_state_dict, tiny_arc
 from mmhvit.testing import transcnn_forward as reference_forward
 from mmhvit.testing import transcnn_shapes as official_shapes
 
+pytestmark = pytest.mark.integration
+
 CLASSIFIER = 'configs/quickstart/classifier_transcnn-q_20e_shapes.py'
 TINY = tiny_arch('TransCNN')
 

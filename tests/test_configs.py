@@ -13,6 +13,8 @@ from mmengine.registry import init_default_scope
 
 from mmhvit.testing import TINY_ARCHS
 
+pytestmark = pytest.mark.integration
+
 CONFIGS = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
     # The sharded large variants (60-160 M parameters) are their base configs' recipes (stepped

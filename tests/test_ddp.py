@@ -20,6 +20,8 @@ from torch.nn.parallel import DistributedDataParallel
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.testing import TINY_ARCHS
 
+pytestmark = pytest.mark.integration
+
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
             'PyramidTNT': PyramidTNT}
 # (family, backbone kwargs): BN in train mode is the one case expected to differ

@@ -7,6 +7,8 @@ import pytest
 from conftest import REPO, run_in_process, subset_options
 from PIL import Image
 
+pytestmark = pytest.mark.e2e
+
 CONFIGS = {
     'det': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
     'seg': 'configs/quickstart/upernet_transcnn-q_8e_shapes.py',

@@ -24,6 +24,8 @@ from conftest import DETECTOR_CONFIGS, REPO, short_run_options, training_scalars
 
 from mmhvit.testing import TINY_ARCHS
 
+pytestmark = pytest.mark.e2e
+
 CLASSIFIER = 'configs/quickstart/classifier_nest-q_20e_shapes.py'
 EPOCHS, IMAGES, PER_RANK = 2, 8, 2
 

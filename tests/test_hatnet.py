@@ -28,6 +28,7 @@ from mmhvit.testing import assert_close, meta_state_dict, random_state_dict, tin
 from mmhvit.testing import hatnet_forward as reference_forward
 from mmhvit.testing import hatnet_shapes as official_shapes
 
+pytestmark = pytest.mark.unit
 # The published parameter counts (HAT-Net README, 1000-class head, unused proj_norm included).
 OFFICIAL_PARAMS_M = dict(tiny=12.66, small=25.75, medium=42.94, large=63.13)
 # Official constructor arguments (HAT_Net_tiny/small/medium/large), as the official file has them.
@@ -253,6 +254,7 @@ def test_iterative_mode_runs_at_any_size():
 
 
 # --- MMPretrain classifier from the converted official checkpoint ---------------------------------
+@pytest.mark.slow
 def test_converted_classifier_reproduces_official_logits(tmp_path):
     from mmengine.config import Config
     from mmengine.registry import init_default_scope

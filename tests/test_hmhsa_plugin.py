@@ -8,6 +8,8 @@ import mmhvit  # noqa: F401  (registers the plugin)
 from mmhvit.models.layers import HMHSA
 from mmhvit.models.plugins import HMHSAPlugin
 
+pytestmark = pytest.mark.unit
+
 # A tiny bottleneck ResNet (outputs 32/64/128/256 channels) and a plugin small enough to need
 # padded windows and partial pooling cells at the sizes below.
 TINY_PLUGIN = dict(grid_size=3, ds_ratio=2, head_dims=8)

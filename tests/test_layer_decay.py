@@ -7,6 +7,8 @@ import mmhvit  # noqa: F401  (registers the backbones and the constructor)
 from mmhvit.engine import LayerDecayOptimWrapperConstructor
 from mmhvit.testing import TINY_ARCHS
 
+pytestmark = pytest.mark.unit
+
 RATE = 0.5
 BASE_LR = 1.0
 

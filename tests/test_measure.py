@@ -14,6 +14,8 @@ from mmhvit.utils import (
     step_functions,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def sleeper(seconds):
     return lambda: time.sleep(seconds)

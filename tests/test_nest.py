@@ -14,6 +14,7 @@ from mmhvit.models.backbones.nest import NesT, blocks_to_map, map_to_blocks
 from mmhvit.models.converters import convert_nest_checkpoint, describe_nest_checkpoint
 from mmhvit.testing import timm_nest, tiny_arch
 
+pytestmark = pytest.mark.unit
 # The tiny arch (4-token blocks, pre-trained at 64) with two blocks at level 1 and no stride-32
 # level (timm's three levels): every level has several blocks.
 ARCH4 = tiny_arch('NesT', depths=[1, 2, 1, 0])
@@ -78,6 +79,7 @@ def test_timm_equivalence_logits_and_maps(name, padding):
         assert (model(reference['x'])[0] - reference['maps'][1]).abs().max() > 1e-3
 
 
+@pytest.mark.slow
 def test_classifier_checkpoint_from_converter_cli(tmp_path):
     """nest2mmhvit.py writes a checkpoint that the ImageNet config loads; logits equal timm's."""
     reference = timm_tiny('nest_tiny_jx')

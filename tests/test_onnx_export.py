@@ -22,6 +22,8 @@ from mmhvit.utils.export import (
     ort_session,
 )
 
+pytestmark = pytest.mark.integration
+
 # MMDeploy's tolerance for ONNX Runtime against PyTorch.
 RTOL, ATOL = 1e-3, 1e-4
 EXPORT_SIZE = (224, 224)

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.testing import TINY_ARCHS, poison_padding
 
+pytestmark = pytest.mark.unit
+
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
             'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)

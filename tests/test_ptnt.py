@@ -21,6 +21,7 @@ from mmhvit.testing import ptnt_shapes as official_shapes
 from mmhvit.testing import random_ptnt_state_dict as random_state_dict
 from mmhvit.utils import count_flops
 
+pytestmark = pytest.mark.unit
 ARCHS = ('tiny', 'small', 'medium', 'base')
 SIZES = dict(tiny=192, small=256, medium=256, base=256)
 # The published figures (paper, tnt_pytorch/readme.md) and the official modules' exact counts
@@ -72,6 +73,7 @@ def test_official_layout_and_param_counts(name):
     assert describe_ptnt_checkpoint(converted, PyramidTNT) == name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ARCHS)
 def test_gmacs_equal_the_papers(name):
     """Multiply-adds of the classifier at its size, attention products included (the papers'
@@ -117,6 +119,7 @@ def test_any_size_equals_the_restated_computation(size):
         assert_close(out, ref, 1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['tiny', 'small'])
 def test_converted_classifier_reproduces_official_logits(name, tmp_path):
     """The converter tool's file in configs/ptnt_s_in1k.py (float32) gives the official logits
@@ -158,6 +161,7 @@ def smooth_bias(grid, key_grid, heads=2):
                         for h in range(heads)])[None]
 
 
+@pytest.mark.slow
 def test_relative_pos_resize_is_exact_at_its_size_and_smooth_elsewhere():
     bias = smooth_bias((32, 32), (8, 8))
     span = (bias.max() - bias.min()).item()

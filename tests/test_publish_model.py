@@ -12,6 +12,8 @@ from mmhvit.testing import assert_close, deit_checkpoint, random_state_dict, shi
 from mmhvit.testing import transcnn_forward as reference_forward
 from mmhvit.testing import transcnn_shapes as official_shapes
 
+pytestmark = pytest.mark.integration
+
 TINY = tiny_arch('TransCNN')
 
 

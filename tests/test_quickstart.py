@@ -13,6 +13,8 @@ import os.path as osp
 import pytest
 from conftest import REPO, run_in_process, subset_options
 
+pytestmark = pytest.mark.e2e
+
 QUICKSTART = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', 'quickstart', '*.py'))
     if not osp.basename(p).startswith('_'))

@@ -9,6 +9,8 @@ from conftest import REPO
 
 from mmhvit.testing import TINY_ARCHS
 
+pytestmark = pytest.mark.integration
+
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
 PLAIN_NAMES = ('TransCNN', 'HATNet', 'NesT', 'PyramidTNT')  # mmpretrain owns a class named TNT
 MODULES = {'PyramidTNT': 'pyramid_tnt'}  # the backbone module of a family, if not its name

@@ -17,6 +17,8 @@ from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
 from mmhvit.testing import TINY_ARCHS, CodeRunner
 
+pytestmark = pytest.mark.integration
+
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
             'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)

@@ -12,6 +12,8 @@ from conftest import DETECTOR_CONFIGS, REPO, short_run_options, training_scalars
 
 from mmhvit.models.checkpoint import load_checkpoint_file
 
+pytestmark = pytest.mark.e2e
+
 ITERS_PER_EPOCH = 4  # 8 generated training scenes, batch 2
 EPOCHS = 2
 

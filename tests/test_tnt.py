@@ -19,6 +19,7 @@ from mmhvit.models.converters.tnt import (
 )
 from mmhvit.testing import timm_tnt, tiny_arch
 
+pytestmark = pytest.mark.unit
 TINY = tiny_arch('TNT')
 DIM = TINY['embed_dims']
 
@@ -121,6 +122,7 @@ def test_param_counts_match_timm():
     assert counts == {'small': 23.77, 'base': 65.43}
 
 
+@pytest.mark.slow
 def test_cli_checkpoint_loads_into_in1k_config_and_gives_timm_logits(tmp_path):
     from mmengine.config import Config
     from mmengine.registry import init_default_scope

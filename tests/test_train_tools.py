@@ -9,6 +9,8 @@ import pytest
 import torch
 from conftest import DETECTOR_CONFIGS, run_tool, short_run_options
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize('algo', sorted(DETECTOR_CONFIGS))
 def test_quickstart_config_trains_and_tests(algo, tiny_shapes, tmp_path):

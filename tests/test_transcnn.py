@@ -23,6 +23,7 @@ from mmhvit.testing import transcnn_forward as reference_forward
 from mmhvit.testing import transcnn_shapes as official_shapes
 from mmhvit.testing.hmhsa_reference import r_attention, r_cell_pool, r_window_attention
 
+pytestmark = pytest.mark.unit
 TINY = tiny_arch('TransCNN')
 OFFICIAL_PARAMS_M = dict(tiny=13.316, small=26.539, medium=48.323, large=80.033)
 
@@ -240,6 +241,7 @@ def test_config_errors():
 
 
 # --- MMPretrain classifier from the converted official checkpoint ---------------------------------
+@pytest.mark.slow
 def test_converted_classifier_reproduces_official_logits(tmp_path):
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
