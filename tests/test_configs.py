@@ -1,5 +1,4 @@
 """Every shipped config loads, builds (no download) and takes one loss and one predict step."""
-import copy
 import glob
 import os.path as osp
 import re
@@ -11,7 +10,7 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import init_default_scope
 
-from mmhvit.testing import TINY_ARCHS
+from mmhvit.testing import TINY_ARCHS, make_batch
 
 pytestmark = pytest.mark.integration
 
@@ -20,50 +19,6 @@ CONFIGS = sorted(
     # The sharded large variants (60-160 M parameters) are their base configs' recipes (stepped
     # here) with a bigger arch: test_distributed.py builds them on the meta device.
     if not osp.basename(p).startswith('_') and '_fsdp_' not in osp.basename(p))
-
-
-def detection_batch(height, width, with_mask):
-    from mmdet.structures import DetDataSample
-    from mmdet.structures.mask import BitmapMasks
-    from mmengine.structures import InstanceData
-    sample = DetDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
-                                         scale_factor=(1., 1.), pad_shape=(height, width)))
-    boxes = torch.tensor([[10., 12., 70., 80.], [40., 30., 110., 100.]])
-    instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1]))
-    if with_mask:
-        masks = torch.zeros(2, height, width, dtype=torch.uint8)
-        for mask, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist()):
-            mask[y0:y1, x0:x1] = 1
-        instances.masks = BitmapMasks(masks.numpy(), height, width)
-    sample.gt_instances = instances
-    return sample
-
-
-def segmentation_batch(height, width, num_classes):
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    sample = SegDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
-                                         pad_shape=(height, width)))
-    sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, height, width)))
-    return sample
-
-
-def classification_batch():
-    from mmpretrain.structures import DataSample
-    return DataSample().set_gt_label(torch.tensor([3]))
-
-
-def make_batch(scope, cfg, height, width):
-    if scope == 'mmdet':
-        with_mask = 'mask_head' in cfg.model.get('roi_head', {})
-        sample = detection_batch(height, width, with_mask)
-    elif scope == 'mmseg':
-        sample = segmentation_batch(height, width, cfg.model.decode_head.num_classes)
-    else:
-        sample = classification_batch()
-    # two images: batch statistics (BN in UperNet's pooling branch) need more than one value
-    images = [torch.randint(0, 256, (3, height, width), dtype=torch.uint8) for _ in range(2)]
-    return dict(inputs=images, data_samples=[sample, copy.deepcopy(sample)])
 
 
 def input_size(scope, cfg):

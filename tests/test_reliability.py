@@ -15,7 +15,7 @@ from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
 from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
-from mmhvit.testing import TINY_ARCHS, CodeRunner
+from mmhvit.testing import TINY_ARCHS, CodeRunner, random_state_dict, transcnn_shapes
 
 pytestmark = pytest.mark.integration
 
@@ -129,13 +129,11 @@ def test_checkpoint_scripts_answer_a_bad_file_with_one_line(hostile_files, tmp_p
 ])
 def test_convert_command_answers_a_users_mistake_with_one_line(family, source, message,
                                                                hostile_files, tmp_path, capsys):
-    from test_transcnn import official_shapes, random_state_dict
-
     from mmhvit.cli import main
     paths, marker = hostile_files
     path = paths[source][0] if source in paths else str(tmp_path / f'{source}.pth')
     if source == 'TransCNN':
-        official = official_shapes(TransCNN.arch_zoo['tiny'])
+        official = transcnn_shapes(TransCNN.arch_zoo['tiny'])
         torch.save(random_state_dict(official, dtype=torch.float32), path)
     elif source == 'NesT':
         torch.save(build('NesT').state_dict(), path)
@@ -178,8 +176,7 @@ def test_checkpoint_of_another_family_or_arch(tmp_path):
 
 def test_converters_read_safetensors_like_pth(tmp_path):
     from safetensors.torch import save_file
-    from test_transcnn import official_shapes, random_state_dict
-    official = random_state_dict(official_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
+    official = random_state_dict(transcnn_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
     torch.save(official, tmp_path / 'official.pth')
     save_file({k: v.contiguous() for k, v in official.items()}, tmp_path / 'official.safetensors')
     for suffix in ('pth', 'safetensors'):

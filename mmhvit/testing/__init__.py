@@ -8,10 +8,12 @@
 - :mod:`.state_dicts`: official-layout state dicts (key lists, random weights) and the checkpoint
   files official training scripts write (DeiT's ``main.py``), a code-running pickle.
 - :mod:`.checks`: ``assert_close``, ``poison_padding``.
+- :mod:`.batches`: a synthetic two-image batch for an MMDet / MMSeg / MMPretrain model's step.
 
 The models never import this package; timm (a test requirement) only where a function needs it.
 """
 from .archs import TINY_ARCHS, tiny_arch
+from .batches import make_batch
 from .checks import assert_close, poison_padding
 from .hmhsa_reference import (
     OfficialTransCNN,
@@ -32,7 +34,7 @@ from .state_dicts import (
 from .timm_models import timm_nest, timm_tnt
 
 __all__ = [
-    'TINY_ARCHS', 'tiny_arch', 'assert_close', 'poison_padding', 'OfficialTransCNN',
+    'TINY_ARCHS', 'tiny_arch', 'make_batch', 'assert_close', 'poison_padding', 'OfficialTransCNN',
     'hatnet_forward', 'hatnet_shapes', 'transcnn_forward', 'transcnn_shapes', 'ptnt_bias',
     'ptnt_forward', 'ptnt_shapes', 'random_ptnt_state_dict', 'CodeRunner', 'deit_checkpoint',
     'meta_state_dict', 'random_state_dict', 'read_key_list', 'shifted', 'timm_nest', 'timm_tnt'
