@@ -66,7 +66,7 @@ setup(
     install_requires=['torch>=2.1', 'mmengine>=0.10.0'],
     extras_require={
         'mm': ['mmdet>=3.3.0', 'mmsegmentation>=1.2.2', 'mmpretrain>=1.2.0', 'ftfy', 'regex'],
-        'tests': ['pytest', 'timm', 'safetensors', 'build'],
+        'tests': ['pytest', 'timm==1.0.31', 'safetensors', 'build'],
     },
     license='Apache-2.0',
     zip_safe=False,

@@ -1,6 +1,23 @@
+"""The harness of the suite: tiers, the repository's tools run as a user runs them, the generated
+data and a local release server. What the tests compare against (tiny archs, the restated official
+computations, timm's references) is importable from :mod:`mmhvit.testing`.
+
+Tiers (every test module declares one with ``pytestmark``):
+
+- ``unit``: small models and layers built in this process: no tool subprocess, no training run.
+  ``bash tools/run_tests.sh --quick`` runs them, less those also marked ``slow`` (a converter tool
+  run in a subprocess, an MMPretrain classifier, seconds of full-size work).
+- ``integration``: the repository's tools and the OpenMMLab stack (scripts, converters, configs,
+  registries, export, packaging), in a subprocess or in this process.
+- ``e2e``: training and testing runs end to end (tools/train.py, tools/test.py, launchers).
+"""
 import functools
+import glob
 import http.server
+import json
+import os
 import os.path as osp
+import runpy
 import subprocess
 import sys
 import threading
@@ -8,6 +25,25 @@ import threading
 import pytest
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TIERS = ('unit', 'integration', 'e2e')
+
+
+def pytest_configure(config):
+    config.addinivalue_line('markers', 'unit: small models and layers in this process (the quick '
+                            'tier: tools/run_tests.sh --quick)')
+    config.addinivalue_line('markers', 'integration: the tools and the OpenMMLab stack')
+    config.addinivalue_line('markers', 'e2e: training / testing runs end to end')
+    config.addinivalue_line('markers', 'slow: a unit test left out of the quick tier (a converter '
+                            'tool, an MMPretrain classifier, seconds of full-size work)')
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test belongs to exactly one tier."""
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) != 1:
+            raise pytest.UsageError(f'{item.nodeid}: tier markers {sorted(tiers)}; give its module '
+                                    f'one of {TIERS} (pytestmark)')
 
 
 def run_tool(*args, timeout=600, env=None, check=True):
@@ -18,6 +54,79 @@ def run_tool(*args, timeout=600, env=None, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f'{args} exited with {proc.returncode}:\n{output[-6000:]}')
     return output
+
+
+def tool_env():
+    """This environment with the repository first on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+    return env
+
+
+def run_in_process(script, *args):
+    """Run a repository script in this process (``runpy``), as ``python script args`` would."""
+    argv = sys.argv
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(osp.join(REPO, script), run_name='__main__')
+    finally:
+        sys.argv = argv
+
+
+def official_keys(family, name):
+    """Key -> shape of an official state dict, as listed in tests/data."""
+    from mmhvit.testing import read_key_list
+    return read_key_list(osp.join(REPO, 'tests', 'data', f'{family}_official_keys_{name}.txt'))
+
+
+# --- short runs of the quickstart configs on the generated shapes data ---------------------------
+DETECTOR_CONFIGS = {
+    'retinanet': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
+    'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_8e_shapes.py',
+}
+
+
+def short_run_options(data_root, epochs=1):
+    """--cfg-options for a detector config: ``epochs`` epochs on ``data_root``, no workers."""
+    root = str(data_root) + '/'
+    return [
+        f'train_cfg.max_epochs={epochs}', f'train_cfg.val_interval={epochs}',
+        f'default_hooks.checkpoint.interval={epochs}', 'default_hooks.logger.interval=1',
+        'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False', 'val_dataloader.num_workers=0',
+        'val_dataloader.persistent_workers=False', 'test_dataloader.num_workers=0',
+        'test_dataloader.persistent_workers=False',
+        f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
+        f'test_dataloader.dataset.data_root={root}',
+        f'val_evaluator.ann_file={root}annotations/instances_val.json',
+        f'test_evaluator.ann_file={root}annotations/instances_val.json',
+    ]
+
+
+def subset_options(algo, data_root, work_dir, name):
+    """--cfg-options for any quickstart config: a couple of iterations on 4 train images;
+    evaluation on 2 val images."""
+    root = str(data_root) + '/'
+    options = [
+        f'experiment_name={name}', 'train_cfg.max_epochs=1', 'default_hooks.logger.interval=1',
+        'train_dataloader.batch_size=2', 'val_dataloader.batch_size=1',
+        'test_dataloader.batch_size=1'
+    ]
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        options += [f'{loader}.num_workers=0', f'{loader}.persistent_workers=False',
+                    f'{loader}.dataset.indices={4 if loader == "train_dataloader" else 2}']
+    if algo == 'classifier':
+        options += [f'{loader}.dataset.data_root={root}crops'
+                    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    else:
+        options += [f'{loader}.dataset.data_root={root}'
+                    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+    if algo == 'upernet':  # its classifier checkpoint: test_upernet_starts_from_its_classifier
+        options.append('model.backbone.init_cfg=None')
+    if algo in ('retinanet', 'mask-rcnn'):
+        ann = f'{root}annotations/instances_val.json'
+        options += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
+    return options
 
 
 @pytest.fixture(scope='session')
@@ -84,46 +193,9 @@ def release_server(tmp_path, monkeypatch):
         server.server_close()
 
 
-# CPU-sized variants of every backbone, for tests that exercise the plumbing rather than an arch
-# (every stage has blocks, and windows / blocks are small enough to need padding at odd sizes).
-TINY_BACKBONES = {
-    'TransCNN': dict(arch=dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
-                               num_heads=[1, 1, 2, 2], mlp_ratio=[2, 2, 2, 2],
-                               grid_sizes=[4, 4, 4, 1], ds_ratios=[4, 2, 2, 1])),
-    'HATNet': dict(arch=dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
-                             num_heads=[1, 1, 2, 2], mlp_ratio=[2, 2, 2, 2],
-                             grid_sizes=[4, 3, 3, 1], ds_ratios=[4, 2, 2, 1])),
-    'NesT': dict(arch=dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
-                           num_heads=[1, 2, 2, 4], block_size=4), pretrain_img_size=64),
-    'TNT': dict(arch=dict(embed_dims=16, inner_dims=4, depths=[1, 1, 1, 1], num_heads=2,
-                          inner_num_heads=1), pretrain_img_size=64),
-    # 8-channel words: the word merges normalise each word over its channels, and with 2-4 of
-    # them bf16 autocast's rounding grows to 2-5% of the outputs (1% here).
-    'PyramidTNT': dict(arch=dict(embed_dims=[16, 32, 64, 64], inner_dims=[8, 8, 16, 16],
-                                 depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4],
-                                 inner_num_heads=[1, 1, 2, 2]), pretrain_img_size=64),
-}
-
-
-def poison_padding(monkeypatch, value=1e3):
-    """Make every ``pad_nhwc`` of the package fill its padding with ``value`` instead of zeros;
-    returns a list that counts the padding calls (a test can check that padding happened)."""
-    import sys
-
-    from mmhvit.models.layers import windows
-    original = windows.pad_nhwc
-    calls = []
-
-    def pad_with_garbage(x, pad_h, pad_w):
-        out = original(x, pad_h, pad_w)
-        if pad_h or pad_w:
-            calls.append((pad_h, pad_w))
-            out = out.clone()
-            out[:, x.shape[1]:] = value
-            out[:, :, x.shape[2]:] = value
-        return out
-
-    for name, module in list(sys.modules.items()):
-        if name.startswith('mmhvit') and getattr(module, 'pad_nhwc', None) is original:
-            monkeypatch.setattr(module, 'pad_nhwc', pad_with_garbage)
-    return calls
+def training_scalars(work_dir):
+    """Every logged training record of every run (timestamp folder) in ``work_dir``."""
+    records = []
+    for path in sorted(glob.glob(str(work_dir / '*' / 'vis_data' / 'scalars.json'))):
+        records += [json.loads(line) for line in open(path) if '"loss"' in line]
+    return records

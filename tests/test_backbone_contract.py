@@ -7,12 +7,14 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from conftest import TINY_BACKBONES, poison_padding
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import mmhvit.models.backbones.base_backbone as base_module
 import mmhvit.models.layers.stage as stage_module
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
+from mmhvit.testing import TINY_ARCHS, poison_padding
+
+pytestmark = pytest.mark.unit
 
 FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT,
             'PyramidTNT': PyramidTNT}
@@ -21,7 +23,7 @@ STRIDES = (4, 8, 16, 32)
 
 
 def build(name, **kwargs):
-    kwargs = {**TINY_BACKBONES[name], 'drop_path_rate': 0., **kwargs}
+    kwargs = {**TINY_ARCHS[name], 'drop_path_rate': 0., **kwargs}
     return FAMILIES[name](**kwargs)
 
 
@@ -203,7 +205,7 @@ def test_position_embeddings_resized_on_load_and_logged(name, tmp_path, monkeypa
 
 @pytest.mark.parametrize('name', NAMES)
 def test_checkpoint_of_another_arch_is_one_clear_error(name, tmp_path):
-    arch = dict(TINY_BACKBONES[name]['arch'])
+    arch = dict(TINY_ARCHS[name]['arch'])
     arch['embed_dims'] = [d * 2 for d in arch['embed_dims']] if isinstance(
         arch['embed_dims'], list) else arch['embed_dims'] * 2
     path = tmp_path / 'other.pth'
@@ -267,7 +269,7 @@ def test_one_vocabulary():
 
 @pytest.mark.parametrize('name', NAMES)
 def test_drop_path_schedule_is_linear_over_all_blocks(name):
-    arch = dict(TINY_BACKBONES[name]['arch'], depths=[2, 1, 1, 1])
+    arch = dict(TINY_ARCHS[name]['arch'], depths=[2, 1, 1, 1])
     model = build(name, arch=arch, drop_path_rate=0.3)
     rates = [m.drop_prob for m in model.modules() if type(m).__name__ == 'DropPath']
     # A TNT block holds an inner and an outer layer; PyramidTNT's second block of stage 1 has no

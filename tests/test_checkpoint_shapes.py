@@ -11,70 +11,46 @@ import pickle
 
 import pytest
 import torch
-import torch.nn as nn
-from test_hatnet import SMALL, our_arch
-from test_hatnet import official_shapes as hatnet_shapes
-from test_hatnet import random_state_dict as hatnet_random
-from test_nest import ARCH4
-from test_reliability import CodeRunner
-from test_tnt import TINY as TNT_TINY
-from test_tnt import timm_tiny as timm_tnt
-from test_transcnn import TINY, official_shapes, random_state_dict
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
 from mmhvit.models.converters.files import convert_file
+from mmhvit.testing import (
+    CodeRunner,
+    deit_checkpoint,
+    hatnet_shapes,
+    random_state_dict,
+    shifted,
+    timm_nest,
+    timm_tnt,
+    tiny_arch,
+    transcnn_shapes,
+)
 
-timm = pytest.importorskip('timm')
+pytestmark = pytest.mark.integration
 
 
 def official(family):
     """(an official-layout state dict, a tiny backbone that takes it) of ``family``."""
     torch.manual_seed(0)
-    if family == 'TransCNN':
-        return (random_state_dict(official_shapes(TINY), seed=5, dtype=torch.float32),
-                TransCNN(TINY, drop_path_rate=0.))
-    if family == 'HATNet':
-        return (hatnet_random(hatnet_shapes(SMALL), seed=5, dtype=torch.float32),
-                HATNet(our_arch(SMALL), drop_path_rate=0.))
+    if family in ('TransCNN', 'HATNet'):
+        arch = tiny_arch(family)
+        shapes = (transcnn_shapes if family == 'TransCNN' else hatnet_shapes)(arch)
+        cls = TransCNN if family == 'TransCNN' else HATNet
+        return (random_state_dict(shapes, seed=5, dtype=torch.float32),
+                cls(arch, drop_path_rate=0.))
     if family == 'TNT':
-        return timm_tnt().state_dict(), TNT(TNT_TINY, pretrain_img_size=64, drop_path_rate=0.)
-    nest = timm.models.nest.Nest(img_size=64, embed_dims=tuple(ARCH4['embed_dims'][:3]),
-                                 num_heads=tuple(ARCH4['num_heads'][:3]),
-                                 depths=tuple(ARCH4['depths'][:3]), num_classes=10)
-    return nest.state_dict(), NesT(ARCH4, pretrain_img_size=64, drop_path_rate=0.)
-
-
-def shifted(state_dict, by=1.):
-    """Other weights of the same layout (an EMA copy that must not be taken)."""
-    return {k: v + by if v.is_floating_point() else v for k, v in state_dict.items()}
-
-
-def deit_checkpoint(weights, ema=None):
-    """What DeiT's main.py (followed by PVT, TransCNN and HAT-Net) saves after an epoch."""
-    from timm.scheduler import CosineLRScheduler
-    params = [nn.Parameter(v.clone()) for v in weights.values() if v.is_floating_point()]
-    optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)
-    sum(p.sum() for p in params).backward()
-    optimizer.step()
-    scheduler = CosineLRScheduler(optimizer, t_initial=300, warmup_t=5, warmup_lr_init=1e-6)
-    args = argparse.Namespace(model='transcnn_small', batch_size=128, epochs=300, lr=1e-3,
-                              input_size=256, drop_path=0.1, model_ema=ema is not None,
-                              device='cuda', output_dir='checkpoints', dist_url='env://',
-                              scale=[0.08, 1.0], resume='', distributed=True, gpu=0)
-    checkpoint = dict(model=weights, optimizer=optimizer.state_dict(),
-                      lr_scheduler=scheduler.state_dict(), epoch=299,
-                      scaler=torch.amp.GradScaler('cpu').state_dict(), args=args)
-    if ema is not None:
-        checkpoint['model_ema'] = ema
-    return checkpoint
+        arch = tiny_arch('TNT')
+        return timm_tnt(arch).state_dict(), TNT(arch, pretrain_img_size=64, drop_path_rate=0.)
+    arch = tiny_arch('NesT', depths=[1, 2, 1, 0])  # timm's three levels
+    return timm_nest(arch).state_dict(), NesT(arch, pretrain_img_size=64, drop_path_rate=0.)
 
 
 def timm_saver_checkpoint(tmp_path):
     """What timm's train.py (TNT's training script) saves: a real CheckpointSaver file."""
     from timm.utils import CheckpointSaver, ModelEmaV3, NativeScaler
     tmp_path.mkdir()
-    model = timm_tnt()
+    model = timm_tnt(tiny_arch('TNT'))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ema = ModelEmaV3(model, decay=0.)
     with torch.no_grad():  # the EMA copy differs from the plain weights

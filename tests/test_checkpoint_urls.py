@@ -11,10 +11,7 @@ import socket
 
 import pytest
 import torch
-from conftest import REPO
-from test_quickstart import run_in_process, subset_options
-from test_reliability import CodeRunner
-from test_transcnn import TINY, assert_close, official_shapes, random_state_dict, reference_forward
+from conftest import REPO, run_in_process, subset_options
 
 from mmhvit.models.backbones import TransCNN
 from mmhvit.models.checkpoint import read_state_dict
@@ -24,8 +21,14 @@ from mmhvit.models.checkpoint_url import (
     expected_hash_prefix,
 )
 from mmhvit.models.converters.files import convert_file
+from mmhvit.testing import CodeRunner, assert_close, random_state_dict, tiny_arch
+from mmhvit.testing import transcnn_forward as reference_forward
+from mmhvit.testing import transcnn_shapes as official_shapes
+
+pytestmark = pytest.mark.integration
 
 CLASSIFIER = 'configs/quickstart/classifier_transcnn-q_20e_shapes.py'
+TINY = tiny_arch('TransCNN')
 
 
 def pretrained(checkpoint):

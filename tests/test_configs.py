@@ -1,65 +1,24 @@
 """Every shipped config loads, builds (no download) and takes one loss and one predict step."""
-import copy
 import glob
 import os.path as osp
 import re
 
 import pytest
 import torch
-from conftest import REPO, TINY_BACKBONES
+from conftest import REPO
 from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import init_default_scope
+
+from mmhvit.testing import TINY_ARCHS, make_batch
+
+pytestmark = pytest.mark.integration
 
 CONFIGS = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
     # The sharded large variants (60-160 M parameters) are their base configs' recipes (stepped
     # here) with a bigger arch: test_distributed.py builds them on the meta device.
     if not osp.basename(p).startswith('_') and '_fsdp_' not in osp.basename(p))
-
-
-def detection_batch(height, width, with_mask):
-    from mmdet.structures import DetDataSample
-    from mmdet.structures.mask import BitmapMasks
-    from mmengine.structures import InstanceData
-    sample = DetDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
-                                         scale_factor=(1., 1.), pad_shape=(height, width)))
-    boxes = torch.tensor([[10., 12., 70., 80.], [40., 30., 110., 100.]])
-    instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1]))
-    if with_mask:
-        masks = torch.zeros(2, height, width, dtype=torch.uint8)
-        for mask, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist()):
-            mask[y0:y1, x0:x1] = 1
-        instances.masks = BitmapMasks(masks.numpy(), height, width)
-    sample.gt_instances = instances
-    return sample
-
-
-def segmentation_batch(height, width, num_classes):
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    sample = SegDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
-                                         pad_shape=(height, width)))
-    sample.gt_sem_seg = PixelData(data=torch.randint(0, num_classes, (1, height, width)))
-    return sample
-
-
-def classification_batch():
-    from mmpretrain.structures import DataSample
-    return DataSample().set_gt_label(torch.tensor([3]))
-
-
-def make_batch(scope, cfg, height, width):
-    if scope == 'mmdet':
-        with_mask = 'mask_head' in cfg.model.get('roi_head', {})
-        sample = detection_batch(height, width, with_mask)
-    elif scope == 'mmseg':
-        sample = segmentation_batch(height, width, cfg.model.decode_head.num_classes)
-    else:
-        sample = classification_batch()
-    # two images: batch statistics (BN in UperNet's pooling branch) need more than one value
-    images = [torch.randint(0, 256, (3, height, width), dtype=torch.uint8) for _ in range(2)]
-    return dict(inputs=images, data_samples=[sample, copy.deepcopy(sample)])
 
 
 def input_size(scope, cfg):
@@ -130,7 +89,7 @@ def test_config_builds_and_steps(config):
         assert predictions[0].pred_score.shape == (cfg.model.head.num_classes, )
 
 
-@pytest.mark.parametrize('name', sorted(TINY_BACKBONES))
+@pytest.mark.parametrize('name', sorted(TINY_ARCHS))
 def test_backbone_drops_into_mmdet_shipped_retinanet(name):
     """What a user does: mmdet's own config + custom_imports + a backbone override."""
     import mmdet
@@ -140,11 +99,11 @@ def test_backbone_drops_into_mmdet_shipped_retinanet(name):
     init_default_scope('mmdet')
     cfg = Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', 'retinanet',
                                    'retinanet_r50_fpn_1x_coco.py'))
-    backbone = MODELS.build(dict(type=f'mmhvit.{name}', **TINY_BACKBONES[name]))
+    backbone = MODELS.build(dict(type=f'mmhvit.{name}', **TINY_ARCHS[name]))
     channels = [f.shape[1] for f in backbone(torch.randn(1, 3, 64, 64))]
     cfg.merge_from_dict(dict(
         custom_imports=dict(imports=['mmhvit'], allow_failed_imports=False),
-        model=dict(backbone=dict(_delete_=True, type=f'mmhvit.{name}', **TINY_BACKBONES[name]),
+        model=dict(backbone=dict(_delete_=True, type=f'mmhvit.{name}', **TINY_ARCHS[name]),
                    neck=dict(in_channels=channels))))
     model = MODELS.build(cfg.model)
     data = model.data_preprocessor(make_batch('mmdet', cfg, 128, 160), True)

@@ -15,10 +15,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import TINY_BACKBONES
 from torch.nn.parallel import DistributedDataParallel
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
+from mmhvit.testing import TINY_ARCHS
+
+pytestmark = pytest.mark.integration
 
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
             'PyramidTNT': PyramidTNT}
@@ -33,7 +35,7 @@ WORLD, PER_RANK = 2, 2
 class Classifier(nn.Module):
     def __init__(self, name, **kwargs):
         super().__init__()
-        self.backbone = FAMILIES[name](**{**TINY_BACKBONES[name], 'drop_path_rate': 0.,
+        self.backbone = FAMILIES[name](**{**TINY_ARCHS[name], 'drop_path_rate': 0.,
                                           **kwargs})
         self.backbone.init_weights()
         # every returned map feeds the loss, as in a detector's neck

@@ -4,9 +4,10 @@ import os.path as osp
 
 import numpy as np
 import pytest
-from conftest import REPO
+from conftest import REPO, run_in_process, subset_options
 from PIL import Image
-from test_quickstart import run_in_process, subset_options
+
+pytestmark = pytest.mark.e2e
 
 CONFIGS = {
     'det': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',

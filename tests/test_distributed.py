@@ -20,9 +20,11 @@ import textwrap
 
 import pytest
 import torch
-from conftest import REPO, TINY_BACKBONES
-from test_resume import scalars
-from test_train_tools import QUICKSTART, short_run_options
+from conftest import DETECTOR_CONFIGS, REPO, short_run_options, training_scalars
+
+from mmhvit.testing import TINY_ARCHS
+
+pytestmark = pytest.mark.e2e
 
 CLASSIFIER = 'configs/quickstart/classifier_nest-q_20e_shapes.py'
 EPOCHS, IMAGES, PER_RANK = 2, 8, 2
@@ -66,7 +68,7 @@ def batches(work_dir):
 
 def lrs(work_dir):
     """{iteration from 1: lr} of every logged training record in the dir."""
-    return {r['iter']: r['lr'] for r in scalars(work_dir)}
+    return {r['iter']: r['lr'] for r in training_scalars(work_dir)}
 
 
 def checkpoint(work_dir, name=None):
@@ -80,7 +82,7 @@ def checkpoint(work_dir, name=None):
 @pytest.fixture(scope='module')
 def one_node_two_ranks(tiny_shapes, tmp_path_factory):
     work_dir = tmp_path_factory.mktemp('one_node')
-    output = run(['tools/dist_train.sh', QUICKSTART['retinanet'], '2', '--work-dir',
+    output = run(['tools/dist_train.sh', DETECTOR_CONFIGS['retinanet'], '2', '--work-dir',
                   str(work_dir), '--cfg-options', *short_run_options(tiny_shapes)],
                  env=dict(PORT=str(free_port())))
     return work_dir, output
@@ -93,7 +95,7 @@ def test_dist_train_runs_two_cpu_ranks(one_node_two_ranks):
     assert 'GPU number: 2' in log  # MMEngine's name for the world size
     # 8 images, 2 per rank: the sampler gives each of the 2 ranks 2 iterations (4 on one rank)
     assert 'Epoch(train) [1][2/2]' in log
-    losses = [r['loss'] for r in scalars(work_dir)]
+    losses = [r['loss'] for r in training_scalars(work_dir)]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
     state = checkpoint(work_dir)
     assert any(k.startswith('backbone.') for k in state['state_dict'])
@@ -104,14 +106,14 @@ def test_two_nodes_of_one_rank_equal_one_node_of_two(one_node_two_ranks, tiny_sh
     """NNODES=2, NODE_RANK=0/1, MASTER_ADDR: what a user runs on each of two machines."""
     work_dir = tmp_path / 'two_nodes'
     port = str(free_port())
-    nodes = [launch(['tools/dist_train.sh', QUICKSTART['retinanet'], '1', '--work-dir',
+    nodes = [launch(['tools/dist_train.sh', DETECTOR_CONFIGS['retinanet'], '1', '--work-dir',
                      str(work_dir), '--cfg-options', *short_run_options(tiny_shapes)],
                     env=dict(NNODES='2', NODE_RANK=str(rank), MASTER_ADDR='127.0.0.1', PORT=port))
              for rank in (0, 1)]
     outputs = [finish(node) for node in nodes]
     assert 'GPU number: 2' in outputs[0]
-    one_node = scalars(one_node_two_ranks[0])
-    two_nodes = scalars(work_dir)
+    one_node = training_scalars(one_node_two_ranks[0])
+    two_nodes = training_scalars(work_dir)
     assert [r['iter'] for r in two_nodes] == [r['iter'] for r in one_node] == [1, 2]
     diff = max(abs(a[k] - b[k]) for a, b in zip(two_nodes, one_node)
                for k in ('loss', 'loss_cls', 'loss_bbox'))
@@ -324,7 +326,7 @@ def test_fsdp_trains_as_ddp_and_its_checkpoints_are_plain(classifier_runs, class
     assert max(records[0, 0]['numel'], records[0, 1]['numel']) < 0.6 * full
     # Loaded from the plain 1-rank checkpoint, trained on the same batches: the same losses and
     # weights as DDP (NesT: LayerNorm only).
-    fsdp_losses, ddp_losses = scalars(fsdp), scalars(ddp)
+    fsdp_losses, ddp_losses = training_scalars(fsdp), training_scalars(ddp)
     assert len(fsdp_losses) == len(ddp_losses) == EPOCHS * IMAGES // (2 * PER_RANK)
     for a, b in zip(fsdp_losses, ddp_losses):
         assert a['loss'] == pytest.approx(b['loss'], rel=1e-5), a['iter']
@@ -415,7 +417,7 @@ def test_two_accumulated_steps_of_two_equal_one_step_of_four(capsys):
     init_default_scope('mmpretrain')
     torch.manual_seed(0)
     model = MODELS.build(dict(
-        type='ImageClassifier', backbone=dict(type='mmhvit.NesT', **TINY_BACKBONES['NesT'],
+        type='ImageClassifier', backbone=dict(type='mmhvit.NesT', **TINY_ARCHS['NesT'],
                                               drop_path_rate=0., out_indices=(3, )),
         neck=dict(type='GlobalAveragePooling'),
         head=dict(type='LinearClsHead', num_classes=3, in_channels=64),

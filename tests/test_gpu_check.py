@@ -1,5 +1,8 @@
 """The prepared GPU check runs its whole path on the CPU in dry-run mode (tiny models, sizes)."""
+import pytest
 from conftest import run_tool
+
+pytestmark = pytest.mark.integration
 
 
 def test_gpu_check_dry_run(tmp_path):

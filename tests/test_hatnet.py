@@ -1,28 +1,19 @@
 """HAT-Net: official-exact numbers, padding, release detection, checkpoints (the contract shared by
 all backbones is in test_backbone_contract.py).
 
-The reference below restates the equations of the official ``HAT_Net.py`` (yun-liu/HAT-Net) in
-plain float64 torch on an official-format state dict (its keys, 1x1 conv weights, NCHW): GroupNorm
-(1 group, eps 1e-6) over the whole map, windows and pooled cells taken by slicing. At 224 x 224
-(the official size: every window and pooled cell is whole) this is exactly the official
+The reference is the official ``HAT_Net.py`` (yun-liu/HAT-Net) restated in plain float64 torch
+(:mod:`mmhvit.testing.hmhsa_reference`): GroupNorm (1 group, eps 1e-6) over the whole map, windows
+and pooled cells as the official code cuts them where they are whole and by slicing at borders. At
+224 x 224 (the official size: every window and pooled cell is whole) this is exactly the official
 computation; at other sizes it is the computation in which no padded value exists at all.
 """
-import functools
 import math
 import os.path as osp
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, run_tool
-from test_transcnn import (
-    add_conv_shapes,
-    assert_close,
-    r_conv,
-    r_hmhsa,
-    read_official_keys,
-    tool_env,
-)
+from conftest import REPO, official_keys, run_tool, tool_env
 
 from mmhvit.models.backbones import HATNet, TransCNN
 from mmhvit.models.converters import (
@@ -33,7 +24,11 @@ from mmhvit.models.converters import (
 )
 from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import hmhsa as hmhsa_module
+from mmhvit.testing import assert_close, meta_state_dict, random_state_dict, tiny_arch
+from mmhvit.testing import hatnet_forward as reference_forward
+from mmhvit.testing import hatnet_shapes as official_shapes
 
+pytestmark = pytest.mark.unit
 # The published parameter counts (HAT-Net README, 1000-class head, unused proj_norm included).
 OFFICIAL_PARAMS_M = dict(tiny=12.66, small=25.75, medium=42.94, large=63.13)
 # Official constructor arguments (HAT_Net_tiny/small/medium/large), as the official file has them.
@@ -47,121 +42,23 @@ OFFICIAL_ARGS = {
                   kernels=[3, 3, 3, 3]),
 }
 EXPANSIONS, GRIDS, RATIOS = [8, 8, 4, 4], [8, 7, 7, 1], [8, 4, 2, 1]
-# A CPU-sized arch with partial windows and pooled cells at most sizes.
-SMALL = dict(dims=[16, 32, 48, 64], head_dim=16, depths=[1, 1, 2, 1], kernels=[5, 3, 5, 3],
-             expansions=[2, 2, 2, 2], grids=[4, 3, 3, 1], ratios=[4, 2, 2, 1])
-
-
-def with_defaults(official):
-    return dict(dict(expansions=EXPANSIONS, grids=GRIDS, ratios=RATIOS), **official)
+# Partial windows and pooled cells at most sizes.
+TINY = tiny_arch('HATNet')
 
 
 def our_arch(official):
     """Our arch dict for official constructor arguments (heads = dim // head_dim)."""
-    o = with_defaults(official)
+    o = dict(dict(expansions=EXPANSIONS, grids=GRIDS, ratios=RATIOS), **official)
     return dict(embed_dims=o['dims'], depths=o['depths'],
                 num_heads=[d // o['head_dim'] for d in o['dims']], mlp_ratio=o['expansions'],
                 grid_sizes=o['grids'], ds_ratios=o['ratios'], kernel_sizes=o['kernels'])
 
 
-# --- the official layout and forward, restated ---------------------------------------------------
-def official_shapes(official, num_classes=1000):
-    """Key -> shape of an official HAT-Net state dict, in the official module order."""
-    o = with_defaults(official)
-    shapes = {}
-    conv = functools.partial(add_conv_shapes, shapes)
-
-    def gn(name, ch):
-        shapes[name + '.weight'] = shapes[name + '.bias'] = (ch, )
-
-    dims = o['dims']
-    conv('patch_embed.0', 16, 3, 3)
-    gn('patch_embed.1', 16)
-    conv('patch_embed.3', dims[0], 16, 3)
-    for s, (dim, depth) in enumerate(zip(dims, o['depths'])):
-        hidden = dim * o['expansions'][s]
-        for i in range(depth):
-            attn, irb = f'blocks.{s}.{i}.attn', f'blocks.{s}.{i}.conv'
-            gn(attn + '.norm', dim)
-            conv(attn + '.qkv', 3 * dim, dim, 1)
-            conv(attn + '.proj', dim, dim, 1)
-            gn(attn + '.proj_norm', dim)
-            if o['grids'][s] > 1:
-                gn(attn + '.grid_norm', dim)
-                gn(attn + '.ds_norm', dim)
-                conv(attn + '.q', dim, dim, 1)
-                conv(attn + '.kv', 2 * dim, dim, 1)
-            gn(irb + '.conv1.0', dim)
-            conv(irb + '.conv1.1', hidden, dim, 1, bias=False)
-            conv(irb + '.conv2.0', hidden, 1, o['kernels'][s], bias=False)
-            conv(irb + '.conv3.0', dim, hidden, 1, bias=False)
-            gn(irb + '.conv3.1', dim)
-    for n in (2, 3, 4):
-        conv(f'ds{n}.conv', dims[n - 1], dims[n - 2], 3)
-        gn(f'ds{n}.norm', dims[n - 1])
-    shapes['classifier.1.weight'] = (num_classes, dims[-1])
-    shapes['classifier.1.bias'] = (num_classes, )
-    return shapes
-
-
-def random_state_dict(shapes, seed=0, dtype=torch.float64):
-    """Random official weights giving O(1) activations and non-uniform attention."""
-    gen = torch.Generator().manual_seed(seed)
-    sd = {}
-    for key, shape in shapes.items():
-        prefix, suffix = key.rsplit('.', 1)
-        if len(shapes[prefix + '.weight']) == 1:  # GroupNorm affine parameters (1-D weight)
-            low, high = (.5, 1.5) if suffix == 'weight' else (-.3, .3)
-            sd[key] = torch.rand(shape, generator=gen, dtype=dtype) * (high - low) + low
-        elif suffix == 'bias':
-            sd[key] = torch.rand(shape, generator=gen, dtype=dtype) * .2 - .1
-        else:
-            # Half the unit-gain scale: the residual stream stays O(1) through the blocks.
-            sd[key] = torch.randn(shape, generator=gen, dtype=dtype) * .5 / math.sqrt(
-                math.prod(shape[1:]))
-    return sd
-
-
-def r_gn(x, sd, name):
-    return F.group_norm(x, 1, sd[name + '.weight'], sd[name + '.bias'], 1e-6)
-
-
-def r_irb(x, sd, name, kernel):
-    x = F.silu(r_conv(r_gn(x, sd, name + '.conv1.0'), sd, name + '.conv1.1'))
-    x = F.silu(r_conv(x, sd, name + '.conv2.0', padding=kernel // 2, groups=x.shape[1]))
-    return r_gn(r_conv(x, sd, name + '.conv3.0'), sd, name + '.conv3.1')
-
-
-def reference_forward(sd, x, official):
-    """The official HAT-Net forward: (4 stage maps, logits or None)."""
-    o = with_defaults(official)
-    x = F.silu(r_gn(r_conv(x, sd, 'patch_embed.0', stride=2, padding=1), sd, 'patch_embed.1'))
-    x = r_conv(x, sd, 'patch_embed.3', stride=2, padding=1)
-    feats = []
-    for s in range(4):
-        if s:
-            x = r_gn(r_conv(x, sd, f'ds{s + 1}.conv', stride=2, padding=1), sd, f'ds{s + 1}.norm')
-        heads = o['dims'][s] // o['head_dim']
-        for i in range(o['depths'][s]):
-            x = x + r_hmhsa(x, sd, f'blocks.{s}.{i}.attn', heads, o['grids'][s], o['ratios'][s],
-                            r_gn)
-            x = x + r_irb(x, sd, f'blocks.{s}.{i}.conv', o['kernels'][s])
-        feats.append(x)
-    logits = None
-    if 'classifier.1.weight' in sd:
-        logits = F.linear(x.mean((2, 3)), sd['classifier.1.weight'], sd['classifier.1.bias'])
-    return feats, logits
-
-
-def converted_model(official, sd, **kwargs):
-    model = HATNet(our_arch(official), **kwargs).double().eval()
+def converted_model(arch, sd, **kwargs):
+    model = HATNet(arch, **kwargs).double().eval()
     missing, unexpected = model.load_state_dict(convert_hatnet_checkpoint(sd), strict=False)
     assert not missing and not unexpected
     return model
-
-
-def meta_state_dict(shapes):
-    return {k: torch.empty(s, device='meta') for k, s in shapes.items()}
 
 
 @pytest.fixture(autouse=True)
@@ -172,7 +69,7 @@ def seed():
 # --- architecture and official weights -----------------------------------------------------------
 @pytest.mark.parametrize('name', ['tiny', 'small', 'medium', 'large'])
 def test_official_layout_and_param_counts(name):
-    official = official_shapes(OFFICIAL_ARGS[name])
+    official = official_shapes(our_arch(OFFICIAL_ARGS[name]))
     params = sum(math.prod(s) for s in official.values())
     assert round(params / 1e6, 2) == OFFICIAL_PARAMS_M[name]  # the published count
     assert HATNet.parse_arch(name) == dict(our_arch(OFFICIAL_ARGS[name]), qkv_bias=True)
@@ -199,11 +96,11 @@ def test_official_layout_and_param_counts(name):
 @pytest.mark.parametrize('name,depths', [('tiny', None), ('small', [1, 1, 1, 1]),
                                          ('medium', [1, 1, 1, 1]), ('large', [1, 1, 1, 1])])
 def test_matches_official_at_224(name, depths, monkeypatch):
-    official = dict(OFFICIAL_ARGS[name])
+    arch = our_arch(OFFICIAL_ARGS[name])
     if depths:
-        official['depths'] = depths
-    sd = random_state_dict(official_shapes(official), seed=1)
-    model = converted_model(official, sd)
+        arch['depths'] = depths
+    sd = random_state_dict(official_shapes(arch), seed=1)
+    model = converted_model(arch, sd)
     masks = []
     real_attention = hmhsa_module.multihead_attention
 
@@ -217,7 +114,7 @@ def test_matches_official_at_224(name, depths, monkeypatch):
         feats = model(x)
         logits = F.linear(feats[-1].mean((2, 3)), sd['classifier.1.weight'],
                           sd['classifier.1.bias'])
-        expected, expected_logits = reference_forward(sd, x, official)
+        expected, expected_logits = reference_forward(sd, x, arch)
     assert masks and all(mask is None for mask in masks)  # the official size pads nothing
     for out, ref in zip(feats, expected):
         assert_close(out, ref, 1e-10)
@@ -230,12 +127,12 @@ def test_matches_official_at_224(name, depths, monkeypatch):
 def test_padding_never_leaks(size):
     """Odd sizes: valid outputs equal the computation in which no padding exists (GroupNorm
     statistics over the real map, windows and pooled cells holding only existing pixels)."""
-    sd = random_state_dict(official_shapes(SMALL), seed=2)
-    model = converted_model(SMALL, sd)
+    sd = random_state_dict(official_shapes(TINY), seed=2)
+    model = converted_model(TINY, sd)
     x = torch.randn(2, 3, *size, dtype=torch.float64)
     with torch.no_grad():
         ours = model(x)
-        expected, _ = reference_forward(sd, x, SMALL)
+        expected, _ = reference_forward(sd, x, TINY)
     for out, ref, stride in zip(ours, expected, (4, 8, 16, 32)):
         assert out.shape[-2:] == (math.ceil(size[0] / stride), math.ceil(size[1] / stride))
         assert_close(out, ref, 1e-10)
@@ -244,8 +141,8 @@ def test_padding_never_leaks(size):
 def test_group_norm_sees_only_the_real_map(monkeypatch):
     """Every GroupNorm input has the size of the real map (the backbone never pads a map): with
     window padding that a norm did see, poisoning it would change the outputs (contract test)."""
-    sd = random_state_dict(official_shapes(SMALL), seed=3)
-    model = converted_model(SMALL, sd)
+    sd = random_state_dict(official_shapes(TINY), seed=3)
+    model = converted_model(TINY, sd)
     seen = []
     for module in model.modules():
         if isinstance(module, torch.nn.GroupNorm):
@@ -254,14 +151,14 @@ def test_group_norm_sees_only_the_real_map(monkeypatch):
         model(torch.randn(1, 3, 45, 70, dtype=torch.float64))
     real = {(math.ceil(45 / s), math.ceil(70 / s)) for s in (2, 4, 8, 16, 32)}
     pooled = {(math.ceil(h / r), math.ceil(w / r)) for (h, w), r in zip(
-        [(12, 18), (6, 9), (3, 5)], SMALL['ratios'])}
+        [(12, 18), (6, 9), (3, 5)], TINY['ds_ratios'])}
     assert seen and set(seen) <= real | pooled
 
 
 # --- release detection -----------------------------------------------------------------------
 def test_releases_refuse_each_other():
-    hatnet_official = meta_state_dict(official_shapes(OFFICIAL_ARGS['small']))
-    transcnn_official = meta_state_dict(read_official_keys('small'))
+    hatnet_official = meta_state_dict(official_shapes(our_arch(OFFICIAL_ARGS['small'])))
+    transcnn_official = meta_state_dict(official_keys('transcnn', 'small'))
     assert hmhsa_release(hatnet_official) == 'HAT-Net'
     assert hmhsa_release(transcnn_official) == 'TransCNN'
     # Without proj_norm (a re-saved file), the GroupNorm at conv.conv1.0 still tells.
@@ -286,10 +183,10 @@ def test_releases_refuse_each_other():
 
 
 def test_init_cfg_refuses_a_transcnn_checkpoint(tmp_path):
-    sd = {k: torch.zeros(s) for k, s in read_official_keys('tiny').items()}
+    sd = {k: torch.zeros(s) for k, s in official_keys('transcnn', 'tiny').items()}
     path = tmp_path / 'TransCNN-Tiny.pth'
     torch.save({'model': sd}, path)
-    model = HATNet(our_arch(SMALL), init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = HATNet(TINY, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     with pytest.raises(ValueError, match='a TransCNN checkpoint, not a HAT-Net one'):
         model.init_weights()
     with pytest.raises(ValueError, match='a TransCNN checkpoint, not a HAT-Net one'):
@@ -298,7 +195,7 @@ def test_init_cfg_refuses_a_transcnn_checkpoint(tmp_path):
 
 
 def test_transcnn_converter_script_refuses_hatnet(tmp_path):
-    sd = random_state_dict(official_shapes(SMALL), dtype=torch.float32)
+    sd = random_state_dict(official_shapes(TINY), dtype=torch.float32)
     path = tmp_path / 'HAT-Net.pth'
     torch.save(sd, path)
     with pytest.raises(ValueError, match='a HAT-Net checkpoint, not a TransCNN one.*hatnet'):
@@ -309,7 +206,7 @@ def test_transcnn_converter_script_refuses_hatnet(tmp_path):
 # --- loading -----------------------------------------------------------------------------------
 @pytest.mark.parametrize('wrap', ['model', 'ddp', 'classifier'])
 def test_init_cfg_loads_official_and_wrapped_checkpoints(wrap, tmp_path):
-    sd = random_state_dict(official_shapes(SMALL), seed=4, dtype=torch.float32)
+    sd = random_state_dict(official_shapes(TINY), seed=4, dtype=torch.float32)
     path = tmp_path / 'weights.pth'
     if wrap == 'model':
         torch.save({'model': sd}, path)
@@ -318,14 +215,14 @@ def test_init_cfg_loads_official_and_wrapped_checkpoints(wrap, tmp_path):
     else:  # our classifier checkpoint (backbone.* and head.fc.*), written by the converter
         torch.save(sd, tmp_path / 'official.pth')
         convert_file('hatnet', str(tmp_path / 'official.pth'), str(path))
-    model = HATNet(our_arch(SMALL), init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = HATNet(TINY, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     model.eval()
     x = torch.randn(1, 3, 96, 80)
     with torch.no_grad():
         ours = model(x)
         expected, _ = reference_forward({k: v.double() for k, v in sd.items()}, x.double(),
-                                        SMALL)
+                                        TINY)
     for out, ref in zip(ours, expected):
         assert_close(out, ref.float(), 1e-4)
 
@@ -333,7 +230,7 @@ def test_init_cfg_loads_official_and_wrapped_checkpoints(wrap, tmp_path):
 def test_checkpoint_of_another_arch_names_both():
     with torch.device('meta'):
         model = HATNet('small')
-    official = meta_state_dict(official_shapes(OFFICIAL_ARGS['large']))
+    official = meta_state_dict(official_shapes(our_arch(OFFICIAL_ARGS['large'])))
     with pytest.raises(ValueError, match=r'arch large, but this model is arch small'):
         model.load_converted(model.convert_checkpoint(official))
 
@@ -342,13 +239,13 @@ def test_config_errors():
     with pytest.raises(ValueError, match=r"HATNet: unknown arch 'huge'.*'large'"):
         HATNet('huge')
     with pytest.raises(ValueError, match='HATNet: embed_dims .* divisible by num_heads'):
-        HATNet(dict(our_arch(SMALL), num_heads=[3, 2, 2, 4]))
+        HATNet(dict(TINY, num_heads=[3, 2, 2, 4]))
     with pytest.raises(ValueError, match="H-MHSA mode must be one of .*'global'"):
-        HATNet(our_arch(SMALL), attn_mode='global')
+        HATNet(TINY, attn_mode='global')
 
 
 def test_iterative_mode_runs_at_any_size():
-    model = HATNet(our_arch(SMALL), attn_mode='iterative').eval()
+    model = HATNet(TINY, attn_mode='iterative').eval()
     model.init_weights()
     assert not hasattr(model.stages[0].blocks[0].attn, 'kv')
     with torch.no_grad():
@@ -357,14 +254,15 @@ def test_iterative_mode_runs_at_any_size():
 
 
 # --- MMPretrain classifier from the converted official checkpoint ---------------------------------
+@pytest.mark.slow
 def test_converted_classifier_reproduces_official_logits(tmp_path):
-    pytest.importorskip('mmpretrain')
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
     from mmpretrain.registry import MODELS
 
-    sd = random_state_dict(official_shapes(OFFICIAL_ARGS['small']), seed=5, dtype=torch.float32)
+    sd = random_state_dict(official_shapes(our_arch(OFFICIAL_ARGS['small'])), seed=5,
+                           dtype=torch.float32)
     src, dst = tmp_path / 'HAT-Net_Small.pth', tmp_path / 'converted.pth'
     torch.save({'model': sd}, src)
     output = run_tool('tools/model_converters/hatnet2mmhvit.py', str(src), str(dst),
@@ -380,5 +278,5 @@ def test_converted_classifier_reproduces_official_logits(tmp_path):
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         logits = classifier(x, mode='tensor')
-        _, expected = reference_forward(sd, x, OFFICIAL_ARGS['small'])
+        _, expected = reference_forward(sd, x, our_arch(OFFICIAL_ARGS['small']))
     assert_close(logits, expected, 1e-4)  # float32 both (float64 exactness: tests above)

@@ -7,6 +7,9 @@ from mmengine.registry import init_default_scope
 import mmhvit  # noqa: F401  (registers the plugin)
 from mmhvit.models.layers import HMHSA
 from mmhvit.models.plugins import HMHSAPlugin
+from mmhvit.testing import make_batch
+
+pytestmark = pytest.mark.unit
 
 # A tiny bottleneck ResNet (outputs 32/64/128/256 channels) and a plugin small enough to need
 # padded windows and partial pooling cells at the sizes below.
@@ -113,7 +116,6 @@ def test_training_step_reaches_the_plugin():
     from conftest import REPO
     from mmdet.registry import MODELS
     from mmengine.config import Config
-    from test_configs import make_batch
     init_default_scope('mmdet')
     cfg = Config.fromfile(f'{REPO}/configs/quickstart/retinanet_r50-w16-hmhsa_10e_shapes.py')
     # From scratch, MMDet's ResNet zero-initialises bn3, the plugin's input at after_conv3, so the

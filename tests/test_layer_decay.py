@@ -1,11 +1,13 @@
 """LayerDecayOptimWrapperConstructor: which parameter gets which learning rate."""
 import pytest
 import torch.nn as nn
-from conftest import TINY_BACKBONES
 from mmengine.registry import MODELS
 
 import mmhvit  # noqa: F401  (registers the backbones and the constructor)
 from mmhvit.engine import LayerDecayOptimWrapperConstructor
+from mmhvit.testing import TINY_ARCHS
+
+pytestmark = pytest.mark.unit
 
 RATE = 0.5
 BASE_LR = 1.0
@@ -37,10 +39,10 @@ def lr_of(optimizer, model):
     return lrs
 
 
-@pytest.mark.parametrize('name', sorted(TINY_BACKBONES))
+@pytest.mark.parametrize('name', sorted(TINY_ARCHS))
 def test_backbone_lrs_decay_with_depth(name):
-    arch = dict(TINY_BACKBONES[name]['arch'], depths=[2, 1, 1, 1])
-    backbone = MODELS.build(dict(TINY_BACKBONES[name], type=f'mmhvit.{name}', arch=arch))
+    arch = dict(TINY_ARCHS[name]['arch'], depths=[2, 1, 1, 1])
+    backbone = MODELS.build(dict(TINY_ARCHS[name], type=f'mmhvit.{name}', arch=arch))
     model = Detector(backbone)
     lrs = lr_of(build_optimizer(model), model)
     assert set(lrs) == {n for n, _ in model.named_parameters()}
@@ -62,7 +64,7 @@ def test_backbone_lrs_decay_with_depth(name):
 def test_tnt_pieces_around_the_blocks():
     """Output norms / rescaling after the blocks are read by the neck (layer N + 1, the full
     rate); position and class tokens belong to the stem."""
-    backbone = MODELS.build(dict(TINY_BACKBONES['TNT'], type='mmhvit.TNT'))
+    backbone = MODELS.build(dict(TINY_ARCHS['TNT'], type='mmhvit.TNT'))
     model = Detector(backbone)
     lrs = lr_of(build_optimizer(model), model)
     assert lrs['backbone.patch_embed.pos_embed'] == pytest.approx(RATE**5)
@@ -88,7 +90,7 @@ def test_resnet18_from_each_library():
 
 
 def test_other_paramwise_options_still_apply():
-    backbone = MODELS.build(dict(TINY_BACKBONES['NesT'], type='mmhvit.NesT'))
+    backbone = MODELS.build(dict(TINY_ARCHS['NesT'], type='mmhvit.NesT'))
     model = Detector(backbone)
     optimizer = build_optimizer(model, norm_decay_mult=0., custom_keys={'neck': dict(lr_mult=3)})
     names = {id(p): n for n, p in model.named_parameters()}

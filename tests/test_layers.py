@@ -13,6 +13,8 @@ from mmhvit.models.layers import (
     window_reverse,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_window_partition_round_trip_and_order():
     x = torch.arange(2 * 4 * 6 * 3, dtype=torch.float32).view(2, 4, 6, 3)

@@ -1,35 +1,30 @@
 """NesT: equivalence with timm (official weights), padding, position embeddings, tools, GradCAT
 (the contract shared by all backbones is in test_backbone_contract.py)."""
 import functools
-import os
 import os.path as osp
 
 import pytest
+import timm
 import torch
 import torch.nn.functional as F
-from conftest import REPO, run_tool
+from conftest import REPO, run_tool, tool_env
 
 from mmhvit.analysis.gradcat import block_scores, classifier_gradcat, draw_gradcat, nest_gradcat
 from mmhvit.models.backbones.nest import NesT, blocks_to_map, map_to_blocks
 from mmhvit.models.converters import convert_nest_checkpoint, describe_nest_checkpoint
+from mmhvit.testing import timm_nest, tiny_arch
 
-timm = pytest.importorskip('timm')
-
-# A small arch with 4-token blocks (pre-trained at 64): every level has several blocks.
-ARCH4 = dict(embed_dims=[16, 32, 64, 128], depths=[1, 2, 1, 0], num_heads=[2, 2, 4, 8],
-             block_size=4)
+pytestmark = pytest.mark.unit
+# The tiny arch (4-token blocks, pre-trained at 64) with two blocks at level 1 and no stride-32
+# level (timm's three levels): every level has several blocks.
+ARCH4 = tiny_arch('NesT', depths=[1, 2, 1, 0])
+DIMS = ARCH4['embed_dims']
 
 
 def tiny_nest(**kwargs):
     kwargs.setdefault('arch', ARCH4)
     kwargs.setdefault('pretrain_img_size', 64)
     return NesT(**kwargs)
-
-
-def tool_env():
-    env = dict(os.environ)
-    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
-    return env
 
 
 # --- equivalence with timm at the real size -------------------------------------------------------
@@ -84,9 +79,9 @@ def test_timm_equivalence_logits_and_maps(name, padding):
         assert (model(reference['x'])[0] - reference['maps'][1]).abs().max() > 1e-3
 
 
+@pytest.mark.slow
 def test_classifier_checkpoint_from_converter_cli(tmp_path):
     """nest2mmhvit.py writes a checkpoint that the ImageNet config loads; logits equal timm's."""
-    pytest.importorskip('mmpretrain')
     reference = timm_tiny('nest_tiny_jx')
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
@@ -185,7 +180,7 @@ def test_pos_embed_resized_at_runtime_and_on_load(tmp_path):
     torch.save(small.state_dict(), ckpt)
     big = tiny_nest(arch=arch, pretrain_img_size=128,
                     init_cfg=dict(type='Pretrained', checkpoint=str(ckpt)))
-    assert big.stages[0].pos_embed.shape == (1, 64, 16, 16)  # 8x8 blocks of 4x4 at 128
+    assert big.stages[0].pos_embed.shape == (1, 64, 16, DIMS[0])  # 8x8 blocks of 4x4 at 128
     big.init_weights()
     big.eval()
     # the loaded embedding is the old one read as a map, resized, and re-blocked
@@ -204,11 +199,7 @@ def test_pos_embed_resized_at_runtime_and_on_load(tmp_path):
 def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
     """A small timm Nest (.safetensors and .pth) loads via init_cfg and gives timm's level maps."""
     from safetensors.torch import save_file
-    torch.manual_seed(0)
-    ref = timm.models.nest.Nest(
-        img_size=64, embed_dims=tuple(ARCH4['embed_dims'][:3]),
-        num_heads=tuple(ARCH4['num_heads'][:3]), depths=tuple(ARCH4['depths'][:3]),
-        num_classes=10, pad_type='same').eval()
+    ref = timm_nest(ARCH4, pad_type='same')
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         ref_maps, y = [], ref.patch_embed(x)
@@ -231,7 +222,7 @@ def test_timm_layout_checkpoint_loads_through_init_cfg(tmp_path):
     assert list(convert_nest_checkpoint(own, num_heads=model.arch_settings['num_heads'])) == \
         list(own)
     assert describe_nest_checkpoint(ref.state_dict(), NesT) == \
-        'custom(dims=[16, 32, 64], depths=[1, 2, 1])'
+        f'custom(dims={DIMS[:3]}, depths=[1, 2, 1])'
 
 
 def test_bad_arch_and_checkpoint_of_another_arch(tmp_path):
@@ -248,11 +239,11 @@ def test_bad_arch_and_checkpoint_of_another_arch(tmp_path):
 
     # a checkpoint of another arch: one error naming both
     ckpt = tmp_path / 'other.pth'
-    torch.save(NesT(dict(ARCH4, embed_dims=[8, 16, 32, 64]), pretrain_img_size=64).state_dict(),
+    torch.save(NesT(dict(ARCH4, embed_dims=[16, 32, 64, 128]), pretrain_img_size=64).state_dict(),
                ckpt)
     model = tiny_nest(init_cfg=dict(type='Pretrained', checkpoint=str(ckpt)))
-    with pytest.raises(ValueError, match=r'made for NesT arch custom\(dims=\[8, 16, 32\].*'
-                       r'this model is arch custom \{.*16, 32, 64'):
+    with pytest.raises(ValueError, match=r'made for NesT arch custom\(dims=\[16, 32, 64\].*'
+                       r'this model is arch custom \{.*8, 16, 32'):
         model.init_weights()
 
 
@@ -260,7 +251,7 @@ def test_bad_arch_and_checkpoint_of_another_arch(tmp_path):
 def _tiny_classifier(num_classes=5):
     torch.manual_seed(0)
     backbone = tiny_nest(out_indices=(2, )).eval()
-    head = torch.nn.Linear(64, num_classes)
+    head = torch.nn.Linear(DIMS[2], num_classes)
     return backbone, lambda x: head(backbone(x)[0].mean(dim=(2, 3)))
 
 
@@ -307,7 +298,6 @@ def test_gradcat_path(tmp_path):
 
 
 def test_gradcat_tool(tmp_path):
-    pytest.importorskip('mmpretrain')
     import numpy as np
     from mmengine.registry import init_default_scope
     from PIL import Image
@@ -318,7 +308,7 @@ def test_gradcat_tool(tmp_path):
         "default_scope = 'mmpretrain'\n"
         f"model = dict(type='ImageClassifier', backbone=dict(type='mmhvit.NesT', arch={ARCH4!r}, "
         "pretrain_img_size=64, out_indices=(2, )), neck=dict(type='GlobalAveragePooling'), "
-        "head=dict(type='LinearClsHead', num_classes=5, in_channels=64))\n")
+        f"head=dict(type='LinearClsHead', num_classes=5, in_channels={DIMS[2]}))\n")
     init_default_scope('mmpretrain')
     from mmengine.config import Config
     from mmpretrain.registry import MODELS

@@ -4,13 +4,16 @@ quickstart RetinaNet: the deployed graph gives PyTorch's numbers at sizes other 
 import os
 import os.path as osp
 
+import onnx  # noqa: F401  (a pinned test requirement: no silent skip)
+import onnxruntime  # noqa: F401
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, TINY_BACKBONES, run_tool
+from conftest import REPO, run_tool
 from mmengine.registry import MODELS
 
 from mmhvit.models.layers import pool_cells, window_key_mask
+from mmhvit.testing import TINY_ARCHS
 from mmhvit.utils.export import (
     build_export_model,
     compare_with_onnx,
@@ -19,8 +22,7 @@ from mmhvit.utils.export import (
     ort_session,
 )
 
-pytest.importorskip('onnx')
-pytest.importorskip('onnxruntime')
+pytestmark = pytest.mark.integration
 
 # MMDeploy's tolerance for ONNX Runtime against PyTorch.
 RTOL, ATOL = 1e-3, 1e-4
@@ -31,7 +33,7 @@ RETINANET = osp.join(REPO, 'configs/quickstart/retinanet_transcnn-q_10e_shapes.p
 
 def tiny_backbone(family: str, **overrides) -> torch.nn.Module:
     torch.manual_seed(0)
-    cfg = dict(type=f'mmhvit.{family}', **TINY_BACKBONES[family], **overrides)
+    cfg = dict(type=f'mmhvit.{family}', **TINY_ARCHS[family], **overrides)
     model = MODELS.build(cfg)
     model.init_weights()
     return model.eval()

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from conftest import REPO
 
+pytestmark = pytest.mark.integration
+
 # what a build needs, as a fresh clone has it (no venv, data, work dirs or earlier builds)
 SKIP_TOP = {'.git', '.venv', 'data', 'work_dirs', 'build', 'dist'}
 SKIP_ANYWHERE = shutil.ignore_patterns('__pycache__', '*.egg-info', '.pytest_cache', '*.pyc')

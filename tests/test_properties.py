@@ -14,11 +14,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_BACKBONES, poison_padding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
+from mmhvit.testing import TINY_ARCHS, poison_padding
+
+pytestmark = pytest.mark.unit
 
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
             'PyramidTNT': PyramidTNT}
@@ -34,7 +36,7 @@ def models():
     built = {}
     for name in NAMES:
         torch.manual_seed(0)
-        model = FAMILIES[name](**{**TINY_BACKBONES[name], 'drop_path_rate': 0.})
+        model = FAMILIES[name](**{**TINY_ARCHS[name], 'drop_path_rate': 0.})
         model.init_weights()
         built[name] = model.eval()
     return built

@@ -1,6 +1,6 @@
 """PyramidTNT: official-exact numbers, any size, the relative_pos resize, checkpoints (the contract
 shared by all backbones is in test_backbone_contract.py). The reference is the restated official
-computation of tests/ptnt_reference.py.
+computation of :mod:`mmhvit.testing.ptnt_reference`.
 """
 import math
 import os.path as osp
@@ -8,27 +8,28 @@ import os.path as osp
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO
-from ptnt_reference import official_shapes, r_bias, random_state_dict, reference_forward
-from test_hatnet import meta_state_dict
-from test_transcnn import assert_close
-from test_transcnn import read_official_keys as read_keys
+from conftest import REPO, official_keys
 
-from mmhvit.models.backbones import PyramidTNT
+from mmhvit.models.backbones import TNT, PyramidTNT
 from mmhvit.models.converters import convert_ptnt_checkpoint, describe_ptnt_checkpoint
 from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import AttnBiasRows, resize_attn_bias
+from mmhvit.testing import assert_close, meta_state_dict, tiny_arch
+from mmhvit.testing import ptnt_bias as r_bias
+from mmhvit.testing import ptnt_forward as reference_forward
+from mmhvit.testing import ptnt_shapes as official_shapes
+from mmhvit.testing import random_ptnt_state_dict as random_state_dict
 from mmhvit.utils import count_flops
 
+pytestmark = pytest.mark.unit
 ARCHS = ('tiny', 'small', 'medium', 'base')
 SIZES = dict(tiny=192, small=256, medium=256, base=256)
 # The published figures (paper, tnt_pytorch/readme.md) and the official modules' exact counts
 # (1000-class head); the paper rounds medium's 84.94M to 85.0.
 PAPER = dict(tiny=(10.6, 0.6), small=(32.0, 3.3), medium=(85.0, 8.2), base=(157.0, 16.0))
 OFFICIAL_PARAMS = dict(tiny=10578529, small=31953200, medium=84943572, base=156990072)
-# A CPU-sized arch: depth 7 in stage 2 gives it a second block with words, as the official rule.
-SMALL = dict(embed_dims=[16, 32, 48, 48], inner_dims=[4, 8, 12, 12], depths=[1, 7, 1, 1],
-             num_heads=[1, 2, 4, 4], inner_num_heads=[1, 2, 2, 2])
+# The tiny arch with depth 7 in stage 2: a second block with words there, as the official rule.
+TINY = tiny_arch('PyramidTNT', depths=[1, 7, 1, 1])
 
 
 def converted_model(arch, sd, img_size, **kwargs):
@@ -50,7 +51,7 @@ def seed():
 @pytest.mark.parametrize('name', ARCHS)
 def test_official_layout_and_param_counts(name):
     arch = PyramidTNT.arch_zoo[name]
-    official = read_keys(name, 'ptnt')
+    official = official_keys('ptnt', name)
     # The generator used for custom archs reproduces the official modules' state dicts.
     assert official_shapes(arch, SIZES[name]) == official
     params = sum(math.prod(s) for k, s in official.items()
@@ -72,6 +73,7 @@ def test_official_layout_and_param_counts(name):
     assert describe_ptnt_checkpoint(converted, PyramidTNT) == name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ARCHS)
 def test_gmacs_equal_the_papers(name):
     """Multiply-adds of the classifier at its size, attention products included (the papers'
@@ -106,22 +108,22 @@ def test_matches_official_at_pretraining_size(name):
 @pytest.mark.parametrize('size', [(97, 131), (200, 72), (33, 40), (1, 1)])
 def test_any_size_equals_the_restated_computation(size):
     """Odd grids (word merges pad), partial pooled cells, resized embeddings and biases."""
-    sd = random_state_dict(official_shapes(SMALL, 64), seed=2)
-    model = converted_model(SMALL, sd, 64)
+    sd = random_state_dict(official_shapes(TINY, 64), seed=2)
+    model = converted_model(TINY, sd, 64)
     x = torch.randn(2, 3, *size, dtype=torch.float64)
     with torch.no_grad():
         maps = model(x)
-        expected, _ = reference_forward(sd, x, SMALL)
+        expected, _ = reference_forward(sd, x, TINY)
     for out, ref, stride in zip(maps, expected, (8, 16, 32, 64)):
         assert out.shape[-2:] == (math.ceil(size[0] / stride), math.ceil(size[1] / stride))
         assert_close(out, ref, 1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['tiny', 'small'])
 def test_converted_classifier_reproduces_official_logits(name, tmp_path):
     """The converter tool's file in configs/ptnt_s_in1k.py (float32) gives the official logits
     within 1e-5 relative at the pre-training size."""
-    pytest.importorskip('mmpretrain')
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
@@ -159,6 +161,7 @@ def smooth_bias(grid, key_grid, heads=2):
                         for h in range(heads)])[None]
 
 
+@pytest.mark.slow
 def test_relative_pos_resize_is_exact_at_its_size_and_smooth_elsewhere():
     bias = smooth_bias((32, 32), (8, 8))
     span = (bias.max() - bias.min()).item()
@@ -192,9 +195,9 @@ def test_bias_rows_equal_the_whole_bias(dtype):
 def test_bias_chunk_size_same_outputs_and_gradients():
     """The bounded-memory option: the same logits at the pre-training size and at another, the
     same gradients (relative_pos included)."""
-    sd = random_state_dict(official_shapes(SMALL, 64), seed=4)
-    plain = converted_model(SMALL, sd, 64).train()
-    chunked = converted_model(SMALL, sd, 64, bias_chunk_size=16).train()
+    sd = random_state_dict(official_shapes(TINY, 64), seed=4)
+    plain = converted_model(TINY, sd, 64).train()
+    chunked = converted_model(TINY, sd, 64, bias_chunk_size=16).train()
     for size in ((64, 64), (75, 90)):
         x = torch.randn(2, 3, *size, dtype=torch.float64)
         grads = []
@@ -210,11 +213,11 @@ def test_bias_chunk_size_same_outputs_and_gradients():
 
 # --- checkpoints ---------------------------------------------------------------------------------
 def test_checkpoint_at_other_size_resizes_pos_embed_and_relative_pos(tmp_path):
-    src = PyramidTNT(SMALL, pretrain_img_size=64, drop_path_rate=0.)  # 8 x 8 sentences
+    src = PyramidTNT(TINY, pretrain_img_size=64, drop_path_rate=0.)  # 8 x 8 sentences
     src.init_weights()
     path = tmp_path / 'at64.pth'
     torch.save(src.state_dict(), path)
-    model = PyramidTNT(SMALL, pretrain_img_size=(96, 128), drop_path_rate=0.,
+    model = PyramidTNT(TINY, pretrain_img_size=(96, 128), drop_path_rate=0.,
                        init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     assert model.stages[0].relative_pos.shape == (1, 1, 12 * 16, 3 * 4)
@@ -230,25 +233,23 @@ def test_checkpoint_at_other_size_resizes_pos_embed_and_relative_pos(tmp_path):
 
 @pytest.mark.parametrize('container', ['plain', 'state_dict'])
 def test_init_cfg_loads_an_official_pth_tar(container, tmp_path):
-    sd = random_state_dict(official_shapes(SMALL, 64), seed=5, dtype=torch.float32)
+    sd = random_state_dict(official_shapes(TINY, 64), seed=5, dtype=torch.float32)
     path = tmp_path / 'ptnt_official.pth.tar'
     torch.save(sd if container == 'plain' else {'state_dict': sd, 'epoch': 3}, path)
-    model = PyramidTNT(SMALL, pretrain_img_size=64, out_type='raw', drop_path_rate=0.,
+    model = PyramidTNT(TINY, pretrain_img_size=64, out_type='raw', drop_path_rate=0.,
                        init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     x = torch.randn(1, 3, 64, 96)
     with torch.no_grad():
         ours = model.eval()(x)
-        expected, _ = reference_forward({k: v.double() for k, v in sd.items()}, x.double(), SMALL)
+        expected, _ = reference_forward({k: v.double() for k, v in sd.items()}, x.double(), TINY)
     for out, ref in zip(ours, expected):
         assert_close(out, ref.float(), 1e-4)
 
 
 def test_other_families_and_archs_are_refused(tmp_path):
-    from mmhvit.models.backbones import TNT
-    model = PyramidTNT(SMALL, pretrain_img_size=64)
-    tnt = TNT(dict(embed_dims=16, inner_dims=4, depths=[1, 1, 1, 1], num_heads=2,
-                   inner_num_heads=1)).state_dict()
+    model = PyramidTNT(TINY, pretrain_img_size=64)
+    tnt = TNT(tiny_arch('TNT')).state_dict()
     official_tnt = {'outer_pos': torch.zeros(1, 197, 16), 'patch_embed.proj.weight':
                     torch.zeros(4, 3, 7, 7), 'blocks.0.outer_norm1.weight': torch.zeros(16)}
     for sd in (tnt, official_tnt):
@@ -258,13 +259,13 @@ def test_other_families_and_archs_are_refused(tmp_path):
         model.convert_checkpoint({'levels.0.pos_embed': torch.zeros(1, 16, 4, 8)})
     with torch.device('meta'):
         tiny = PyramidTNT('tiny')
-    small = meta_state_dict(read_keys('small', 'ptnt'))
+    small = meta_state_dict(official_keys('ptnt', 'small'))
     with pytest.raises(ValueError, match=r'arch small, but this model is arch tiny'):
         tiny.load_converted(tiny.convert_checkpoint(small))
     # The converter tool: one error, no file written.
     torch.save(tnt, tmp_path / 'tnt.pth')
     path = tmp_path / 'ptnt_s.pth.tar'
-    torch.save(random_state_dict(official_shapes(SMALL, 64), dtype=torch.float32), path)
+    torch.save(random_state_dict(official_shapes(TINY, 64), dtype=torch.float32), path)
     with pytest.raises(ValueError, match='a TNT checkpoint.*mmhvit convert tnt'):
         convert_file('ptnt', str(tmp_path / 'tnt.pth'), str(tmp_path / 'x.pth'))
     with pytest.raises(ValueError, match=r'a PyramidTNT custom \(embed_dims=\[16.*not small'):
@@ -289,8 +290,8 @@ def test_stage_layout_and_official_init():
 
 def test_pyramid_is_the_upsampled_raw_map():
     torch.manual_seed(0)
-    pyramid = PyramidTNT(SMALL, pretrain_img_size=64).eval()
-    raw = PyramidTNT(SMALL, pretrain_img_size=64, out_type='raw').eval()
+    pyramid = PyramidTNT(TINY, pretrain_img_size=64).eval()
+    raw = PyramidTNT(TINY, pretrain_img_size=64, out_type='raw').eval()
     raw.load_state_dict(pyramid.state_dict(), strict=False)
     x = torch.randn(1, 3, 70, 45)
     with torch.no_grad():
@@ -304,17 +305,17 @@ def test_config_errors():
     with pytest.raises(ValueError, match=r"unknown arch 'huge'.*'base'.*'medium'"):
         PyramidTNT('huge')
     with pytest.raises(ValueError, match=r"missing \['inner_num_heads'\]"):
-        PyramidTNT({k: v for k, v in SMALL.items() if k != 'inner_num_heads'})
+        PyramidTNT({k: v for k, v in TINY.items() if k != 'inner_num_heads'})
     with pytest.raises(ValueError, match='embed_dims .* not divisible by num_heads'):
-        PyramidTNT(dict(SMALL, num_heads=[3, 2, 4, 4]))
+        PyramidTNT(dict(TINY, num_heads=[3, 2, 4, 4]))
     with pytest.raises(ValueError, match='depths needs 4 positive ints'):
-        PyramidTNT(dict(SMALL, depths=[1, 0, 1, 1]))
+        PyramidTNT(dict(TINY, depths=[1, 0, 1, 1]))
     with pytest.raises(ValueError, match='sr_ratios needs 4 positive ints'):
-        PyramidTNT(dict(SMALL, sr_ratios=[4, 2, 1]))
+        PyramidTNT(dict(TINY, sr_ratios=[4, 2, 1]))
     with pytest.raises(ValueError, match='out_type must be one of'):
-        PyramidTNT(SMALL, out_type='tokens')
+        PyramidTNT(TINY, out_type='tokens')
     with pytest.raises(ValueError, match='bias_chunk_size must be a positive int'):
-        PyramidTNT(SMALL, bias_chunk_size=0)
+        PyramidTNT(TINY, bias_chunk_size=0)
     with pytest.raises(ValueError, match='pretrain_img_size must be'):
-        PyramidTNT(SMALL, pretrain_img_size=(0, 64))
+        PyramidTNT(TINY, pretrain_img_size=(0, 64))
     assert PyramidTNT('S').arch_name == 'small' and PyramidTNT('ti').pos_grid == (24, 24)

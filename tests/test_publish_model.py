@@ -7,8 +7,14 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, run_tool
-from test_checkpoint_shapes import deit_checkpoint, shifted
-from test_transcnn import TINY, assert_close, official_shapes, random_state_dict, reference_forward
+
+from mmhvit.testing import assert_close, deit_checkpoint, random_state_dict, shifted, tiny_arch
+from mmhvit.testing import transcnn_forward as reference_forward
+from mmhvit.testing import transcnn_shapes as official_shapes
+
+pytestmark = pytest.mark.integration
+
+TINY = tiny_arch('TransCNN')
 
 
 def test_publish_keeps_weights_and_plain_meta(tmp_path):
@@ -48,7 +54,7 @@ def test_official_file_converted_published_and_loaded_by_url(release_server, tmp
     config = tmp_path / 'transcnn_tiny_in1k.py'
     config.write_text(f"_base_ = ['{REPO}/configs/transcnn_b_in1k.py']\n"
                       f"model = dict(backbone=dict(arch=dict(_delete_=True, **{TINY})),\n"
-                      "             head=dict(in_channels=128))\n")
+                      f"             head=dict(in_channels={TINY['embed_dims'][-1]}))\n")
     entry_file = tmp_path / 'entry.yml'
     printed = run_tool('tools/model_converters/publish_model.py', str(converted),
                        str(tmp_path / 'transcnn_tiny_in1k.pth'), '--metafile-entry',

@@ -9,11 +9,11 @@ named singletons (logger, visualizer, message hub) apart.
 import glob
 import json
 import os.path as osp
-import runpy
-import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_in_process, subset_options
+
+pytestmark = pytest.mark.e2e
 
 QUICKSTART = sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'configs', 'quickstart', '*.py'))
@@ -36,40 +36,6 @@ EXTRA_PAIRS = {('retinanet', 'r50-w16'), ('retinanet', 'r50-w16-hmhsa')}
 def test_every_task_has_every_backbone():
     pairs = {tuple(osp.basename(c).split('_')[:2]) for c in QUICKSTART}
     assert pairs == {(a, b) for a in ALGOS for b in BACKBONES} | EXTRA_PAIRS
-
-
-def run_in_process(script, *args):
-    argv = sys.argv
-    sys.argv = [script, *args]
-    try:
-        runpy.run_path(osp.join(REPO, script), run_name='__main__')
-    finally:
-        sys.argv = argv
-
-
-def subset_options(algo, data_root, work_dir, name):
-    """A couple of iterations on 4 train images; evaluation on 2 val images."""
-    root = str(data_root) + '/'
-    options = [
-        f'experiment_name={name}', 'train_cfg.max_epochs=1', 'default_hooks.logger.interval=1',
-        'train_dataloader.batch_size=2', 'val_dataloader.batch_size=1',
-        'test_dataloader.batch_size=1'
-    ]
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        options += [f'{loader}.num_workers=0', f'{loader}.persistent_workers=False',
-                    f'{loader}.dataset.indices={4 if loader == "train_dataloader" else 2}']
-    if algo == 'classifier':
-        options += [f'{loader}.dataset.data_root={root}crops'
-                    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
-    else:
-        options += [f'{loader}.dataset.data_root={root}'
-                    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
-    if algo == 'upernet':  # its classifier checkpoint: test_upernet_starts_from_its_classifier
-        options.append('model.backbone.init_cfg=None')
-    if algo in ('retinanet', 'mask-rcnn'):
-        ann = f'{root}annotations/instances_val.json'
-        options += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
-    return options
 
 
 @pytest.mark.parametrize('config', QUICKSTART)

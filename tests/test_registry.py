@@ -5,7 +5,11 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, TINY_BACKBONES
+from conftest import REPO
+
+from mmhvit.testing import TINY_ARCHS
+
+pytestmark = pytest.mark.integration
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
 PLAIN_NAMES = ('TransCNN', 'HATNet', 'NesT', 'PyramidTNT')  # mmpretrain owns a class named TNT
@@ -48,8 +52,8 @@ print(json.dumps(built))
 @pytest.mark.parametrize('scope', SCOPES)
 def test_scoped_names_build_our_classes(scope, custom_imports):
     built = run_python(BUILD_ALL.format(scope=scope, custom_imports=custom_imports,
-                                        tiny=repr(TINY_BACKBONES)))
-    assert built == {name: f'{module_of(name)}.{name}' for name in TINY_BACKBONES}
+                                        tiny=repr(TINY_ARCHS)))
+    assert built == {name: f'{module_of(name)}.{name}' for name in TINY_ARCHS}
 
 
 @pytest.mark.parametrize('scope', SCOPES)
@@ -62,7 +66,7 @@ def test_plain_names_after_custom_imports(scope):
     registry = importlib.import_module(f'{scope}.registry')
     init_default_scope(scope)
     for name in PLAIN_NAMES:
-        model = registry.MODELS.build(dict(type=name, **TINY_BACKBONES[name]))
+        model = registry.MODELS.build(dict(type=name, **TINY_ARCHS[name]))
         assert type(model).__module__ == module_of(name)
         assert isinstance(model(torch.randn(1, 3, 64, 64)), tuple)
 
@@ -74,7 +78,7 @@ def test_mmpretrain_scope_keeps_its_own_tnt_and_scoped_name_gives_ours():
     import mmhvit  # noqa: F401
     init_default_scope('mmpretrain')
     assert MODELS.get('TNT').__module__.startswith('mmpretrain.')
-    ours = MODELS.build(dict(type='mmhvit.TNT', **TINY_BACKBONES['TNT']))
+    ours = MODELS.build(dict(type='mmhvit.TNT', **TINY_ARCHS['TNT']))
     assert type(ours).__module__ == 'mmhvit.models.backbones.tnt'
 
 
@@ -91,4 +95,4 @@ def test_registry_scope_and_parent():
     from mmhvit.registry import MODELS
     assert MODELS.scope == 'mmhvit'
     assert MODELS.parent is ROOT
-    assert set(TINY_BACKBONES) <= set(MODELS.module_dict)
+    assert set(TINY_ARCHS) <= set(MODELS.module_dict)

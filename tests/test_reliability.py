@@ -9,13 +9,15 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, TINY_BACKBONES, run_tool
-from test_train_tools import QUICKSTART, short_run_options
+from conftest import DETECTOR_CONFIGS, REPO, run_tool, short_run_options
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
 from mmhvit.models.checkpoint import read_state_dict
 from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
+from mmhvit.testing import TINY_ARCHS, CodeRunner, random_state_dict, transcnn_shapes
+
+pytestmark = pytest.mark.integration
 
 FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
             'PyramidTNT': PyramidTNT}
@@ -24,19 +26,9 @@ NAMES = sorted(FAMILIES)
 
 def build(name, **kwargs):
     torch.manual_seed(0)
-    model = FAMILIES[name](**{**TINY_BACKBONES[name], 'drop_path_rate': 0., **kwargs})
+    model = FAMILIES[name](**{**TINY_ARCHS[name], 'drop_path_rate': 0., **kwargs})
     model.init_weights()
     return model.eval()
-
-
-class CodeRunner:
-    """Unpickling this runs ``touch MARKER``: what a malicious checkpoint does."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f'touch {self.marker}', ))
 
 
 @pytest.fixture
@@ -87,7 +79,7 @@ def test_every_bad_file_gets_one_clear_error(hostile_files, capsys):
 def test_test_tool_refuses_a_code_running_checkpoint(hostile_files, tiny_shapes, tmp_path):
     paths, marker = hostile_files
     path = paths['code-running pickle'][0]
-    out = run_tool('tools/test.py', QUICKSTART['retinanet'], path, '--work-dir',
+    out = run_tool('tools/test.py', DETECTOR_CONFIGS['retinanet'], path, '--work-dir',
                    str(tmp_path / 'work'), '--cfg-options', *short_run_options(tiny_shapes),
                    check=False)
     # the runner's log lines, then one line for the refused file (no traceback)
@@ -137,13 +129,11 @@ def test_checkpoint_scripts_answer_a_bad_file_with_one_line(hostile_files, tmp_p
 ])
 def test_convert_command_answers_a_users_mistake_with_one_line(family, source, message,
                                                                hostile_files, tmp_path, capsys):
-    from test_transcnn import official_shapes, random_state_dict
-
     from mmhvit.cli import main
     paths, marker = hostile_files
     path = paths[source][0] if source in paths else str(tmp_path / f'{source}.pth')
     if source == 'TransCNN':
-        official = official_shapes(TransCNN.arch_zoo['tiny'])
+        official = transcnn_shapes(TransCNN.arch_zoo['tiny'])
         torch.save(random_state_dict(official, dtype=torch.float32), path)
     elif source == 'NesT':
         torch.save(build('NesT').state_dict(), path)
@@ -178,7 +168,7 @@ def test_checkpoint_of_another_family_or_arch(tmp_path):
     with pytest.raises(ValueError, match=f'{nest} is not a TransCNN checkpoint'):
         build('TransCNN').load_pretrained(str(nest))
     small = tmp_path / 'tnt_other_arch.pth'
-    other_arch = dict(TINY_BACKBONES['TNT']['arch'], embed_dims=32)
+    other_arch = dict(TINY_ARCHS['TNT']['arch'], embed_dims=32)
     torch.save(build('TNT', arch=other_arch).state_dict(), small)
     with pytest.raises(ValueError, match=f'{small} was made for TNT arch .* but this model is'):
         build('TNT').load_pretrained(str(small))
@@ -186,8 +176,7 @@ def test_checkpoint_of_another_family_or_arch(tmp_path):
 
 def test_converters_read_safetensors_like_pth(tmp_path):
     from safetensors.torch import save_file
-    from test_transcnn import official_shapes, random_state_dict
-    official = random_state_dict(official_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
+    official = random_state_dict(transcnn_shapes(TransCNN.arch_zoo['tiny']), dtype=torch.float32)
     torch.save(official, tmp_path / 'official.pth')
     save_file({k: v.contiguous() for k, v in official.items()}, tmp_path / 'official.safetensors')
     for suffix in ('pth', 'safetensors'):

@@ -1,6 +1,5 @@
 """A training run killed with SIGKILL mid-epoch resumes with nothing lost or repeated; CPU AMP."""
 import glob
-import json
 import os
 import os.path as osp
 import signal
@@ -9,21 +8,14 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
-from test_train_tools import QUICKSTART, short_run_options
+from conftest import DETECTOR_CONFIGS, REPO, short_run_options, training_scalars
 
 from mmhvit.models.checkpoint import load_checkpoint_file
 
+pytestmark = pytest.mark.e2e
+
 ITERS_PER_EPOCH = 4  # 8 generated training scenes, batch 2
 EPOCHS = 2
-
-
-def scalars(work_dir):
-    """Every logged training record of every run (timestamp folder) in ``work_dir``."""
-    records = []
-    for path in sorted(glob.glob(str(work_dir / '*' / 'vis_data' / 'scalars.json'))):
-        records += [json.loads(line) for line in open(path) if '"loss"' in line]
-    return records
 
 
 def train(config, work_dir, *extra, check=True):
@@ -42,7 +34,7 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
     options = short_run_options(tiny_shapes, epochs=EPOCHS) + [
         'default_hooks.checkpoint.interval=2', 'default_hooks.checkpoint.max_keep_ckpts=10',
         'train_dataloader.num_workers=1']
-    base = QUICKSTART['retinanet']
+    base = DETECTOR_CONFIGS['retinanet']
     killed_cfg = tmp_path / 'killed.py'
     killed_cfg.write_text(
         f'_base_ = {osp.join(REPO, base)!r}\n'
@@ -53,7 +45,7 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
     train(base, tmp_path / 'straight', '--cfg-options', *options)
     killed = train(str(killed_cfg), tmp_path / 'resumed', '--cfg-options', *options, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    logged_before_kill = scalars(tmp_path / 'resumed')
+    logged_before_kill = training_scalars(tmp_path / 'resumed')
     assert [r['iter'] for r in logged_before_kill] == [1, 2, 3]
     assert osp.basename(open(tmp_path / 'resumed' / 'last_checkpoint').read().strip()) == \
         'iter_2.pth'
@@ -61,8 +53,8 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
     # Resume the same config without the kill hook: from iter_2.pth, mid-epoch 1.
     resumed = train(base, tmp_path / 'resumed', '--resume', '--cfg-options', *options)
     assert 'skipped the 2 batches of epoch 1' in resumed.stdout + resumed.stderr
-    straight = {r['iter']: r for r in scalars(tmp_path / 'straight')}
-    after = scalars(tmp_path / 'resumed')[len(logged_before_kill):]
+    straight = {r['iter']: r for r in training_scalars(tmp_path / 'straight')}
+    after = training_scalars(tmp_path / 'resumed')[len(logged_before_kill):]
     # Iteration 3 is trained again (it was after the last checkpoint); nothing else repeats or is
     # skipped, and the counters continue.
     assert [r['iter'] for r in after] == list(range(3, EPOCHS * ITERS_PER_EPOCH + 1))
@@ -96,8 +88,9 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
 def test_amp_training_step_on_cpu_is_finite(tiny_shapes, tmp_path):
     """``--amp`` on a CPU trains in bfloat16 autocast (MMEngine's AMP wrapper needs a GPU)."""
     options = short_run_options(tiny_shapes) + ['train_cfg.max_epochs=1']
-    proc = train(QUICKSTART['retinanet'], tmp_path / 'amp', '--amp', '--cfg-options', *options)
-    records = scalars(tmp_path / 'amp')
+    proc = train(DETECTOR_CONFIGS['retinanet'], tmp_path / 'amp', '--amp', '--cfg-options',
+                 *options)
+    records = training_scalars(tmp_path / 'amp')
     assert len(records) == ITERS_PER_EPOCH
     assert all(torch.isfinite(torch.tensor([r['loss'] for r in records])))
     assert 'AnyDeviceAmpOptimWrapper' in open(

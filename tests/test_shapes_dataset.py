@@ -6,6 +6,8 @@ import pytest
 from conftest import run_tool
 from PIL import Image
 
+pytestmark = pytest.mark.integration
+
 GENERATOR = 'tools/dataset_converters/make_shapes.py'
 
 

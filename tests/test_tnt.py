@@ -4,9 +4,11 @@ import math
 import os.path as osp
 
 import pytest
+import timm
 import torch
 import torch.nn.functional as F
 from conftest import REPO
+from timm.models.tnt import checkpoint_filter_fn
 
 from mmhvit.cli import main as mmhvit_command
 from mmhvit.models.backbones import TNT
@@ -15,14 +17,11 @@ from mmhvit.models.converters.tnt import (
     detect_tnt_layout,
     timm_to_official,
 )
+from mmhvit.testing import timm_tnt, tiny_arch
 
-timm = pytest.importorskip('timm')
-from timm.models.tnt import TNT as TimmTNT  # noqa: E402
-from timm.models.tnt import checkpoint_filter_fn  # noqa: E402
-
-TINY = dict(embed_dims=32, inner_dims=8, depths=[1, 1, 1, 1], num_heads=2, inner_num_heads=2)
-TINY_TIMM = dict(patch_size=16, embed_dim=32, inner_dim=8, depth=4, num_heads_inner=2,
-                 num_heads_outer=2)
+pytestmark = pytest.mark.unit
+TINY = tiny_arch('TNT')
+DIM = TINY['embed_dims']
 
 
 def tiny(**kwargs):
@@ -31,15 +30,8 @@ def tiny(**kwargs):
     return TNT(**kwargs)
 
 
-def timm_tiny(img_size=64, legacy=False, num_classes=10):
-    torch.manual_seed(0)
-    model = TimmTNT(img_size=img_size, num_classes=num_classes, legacy=legacy, **TINY_TIMM).eval()
-    # timm zero-initialises biases and sets LNs to 1/0: randomise everything so that a swapped or
-    # misnamed tensor cannot go unnoticed.
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param) * 0.1)
-    return model
+def timm_tiny(img_size=64, legacy=False):
+    return timm_tnt(TINY, img_size=img_size, legacy=legacy)
 
 
 def split_head(converted):
@@ -85,7 +77,7 @@ def test_official_names_are_the_official_ones():
     dict we derive from a timm model (+ the official unused outer_tokens) back into that timm
     state dict, and the official and timm files convert to the same tensors of ours."""
     ref = timm_tiny()
-    official = dict(timm_to_official(ref.state_dict()), outer_tokens=torch.zeros(1, 16, 32))
+    official = dict(timm_to_official(ref.state_dict()), outer_tokens=torch.zeros(1, 16, DIM))
     assert detect_tnt_layout(official) == 'official'
     back = checkpoint_filter_fn(dict(official), ref)
     expected = ref.state_dict()
@@ -102,11 +94,12 @@ def test_official_names_are_the_official_ones():
 
 @torch.no_grad()
 def test_legacy_equals_mmpretrain_tnt():
-    pytest.importorskip('mmpretrain')
     from mmpretrain.models.backbones import TNT as MMPretrainTNT
     torch.manual_seed(1)
-    ref = MMPretrainTNT(arch=dict(embed_dims_inner=8, embed_dims_outer=32, num_layers=4,
-                                  num_heads_inner=2, num_heads_outer=2), img_size=64)
+    ref = MMPretrainTNT(arch=dict(embed_dims_inner=TINY['inner_dims'], embed_dims_outer=DIM,
+                                  num_layers=sum(TINY['depths']),
+                                  num_heads_inner=TINY['inner_num_heads'],
+                                  num_heads_outer=TINY['num_heads']), img_size=64)
     ref.eval()  # (its train() returns None)
     with torch.no_grad():
         for param in ref.parameters():
@@ -129,8 +122,8 @@ def test_param_counts_match_timm():
     assert counts == {'small': 23.77, 'base': 65.43}
 
 
+@pytest.mark.slow
 def test_cli_checkpoint_loads_into_in1k_config_and_gives_timm_logits(tmp_path):
-    pytest.importorskip('mmpretrain')
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint
@@ -162,7 +155,7 @@ def test_pretrained_official_pth_tar_and_timm_safetensors(tmp_path):
     ours = convert_tnt_checkpoint(ref.state_dict())
     official = tmp_path / 'tnt_official.pth.tar'
     torch.save({'state_dict': dict(timm_to_official(ref.state_dict()),
-                                   outer_tokens=torch.zeros(1, 16, 32)), 'epoch': 3}, official)
+                                   outer_tokens=torch.zeros(1, 16, DIM)), 'epoch': 3}, official)
     timm_file = tmp_path / 'tnt_timm.safetensors'
     save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(timm_file))
     for path in (official, timm_file):
@@ -182,7 +175,7 @@ def test_checkpoint_at_other_size_resizes_sentence_pos(tmp_path):
                  init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     src_pos, pos = src.patch_embed.pos_embed, model.patch_embed.pos_embed
-    grid = src_pos[:, 1:].reshape(1, 4, 4, 32).permute(0, 3, 1, 2)
+    grid = src_pos[:, 1:].reshape(1, 4, 4, DIM).permute(0, 3, 1, 2)
     expected = F.interpolate(grid, size=(6, 8), mode='bicubic', align_corners=False)
     torch.testing.assert_close(pos[:, 1:], expected.flatten(2).transpose(1, 2).detach())
     torch.testing.assert_close(pos[:, :1], src_pos[:, :1])
@@ -199,7 +192,7 @@ def test_checkpoint_of_another_arch_is_refused(tmp_path):
     torch.save({'state_dict': tiny().state_dict()}, path)
     other = dict(TINY, embed_dims=48)
     model = tiny(arch=other, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
-    with pytest.raises(ValueError, match=r'embed_dims=32.*this model is arch custom '
+    with pytest.raises(ValueError, match=rf'embed_dims={DIM}.*this model is arch custom '
                        r".*'embed_dims': 48"):
         model.init_weights()
     legacy = tiny(legacy=True, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
@@ -218,7 +211,7 @@ def test_raw_maps_are_the_stride_16_sentences(size):
     x = torch.randn(1, 3, *size)
     maps = raw(x)
     assert [tuple(o.shape) for o in maps] == [
-        (1, 32, math.ceil(size[0] / 16), math.ceil(size[1] / 16))
+        (1, DIM, math.ceil(size[0] / 16), math.ceil(size[1] / 16))
     ] * 4
     # the stride-16 pyramid output is the raw map, normalised (no rescaling)
     torch.testing.assert_close(full(x)[2], full.stages[2].out_norm(maps[2]))

@@ -7,33 +7,14 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import run_tool
+from conftest import DETECTOR_CONFIGS, run_tool, short_run_options
 
-QUICKSTART = {
-    'retinanet': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
-    'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_8e_shapes.py',
-}
+pytestmark = pytest.mark.e2e
 
 
-def short_run_options(data_root, epochs=1):
-    root = str(data_root) + '/'
-    return [
-        f'train_cfg.max_epochs={epochs}', f'train_cfg.val_interval={epochs}',
-        f'default_hooks.checkpoint.interval={epochs}', 'default_hooks.logger.interval=1',
-        'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
-        'train_dataloader.persistent_workers=False', 'val_dataloader.num_workers=0',
-        'val_dataloader.persistent_workers=False', 'test_dataloader.num_workers=0',
-        'test_dataloader.persistent_workers=False',
-        f'train_dataloader.dataset.data_root={root}', f'val_dataloader.dataset.data_root={root}',
-        f'test_dataloader.dataset.data_root={root}',
-        f'val_evaluator.ann_file={root}annotations/instances_val.json',
-        f'test_evaluator.ann_file={root}annotations/instances_val.json',
-    ]
-
-
-@pytest.mark.parametrize('algo', sorted(QUICKSTART))
+@pytest.mark.parametrize('algo', sorted(DETECTOR_CONFIGS))
 def test_quickstart_config_trains_and_tests(algo, tiny_shapes, tmp_path):
-    config = QUICKSTART[algo]
+    config = DETECTOR_CONFIGS[algo]
     work_dir = tmp_path / 'work'
     options = short_run_options(tiny_shapes)
     run_tool('tools/train.py', config, '--work-dir', str(work_dir), '--cfg-options', *options)
@@ -67,7 +48,7 @@ def test_quickstart_config_trains_and_tests(algo, tiny_shapes, tmp_path):
                     reason='inductor takes minutes per model: set MMHVIT_TEST_COMPILE=1')
 def test_compile_true_trains_the_quickstart_detector(tiny_shapes, tmp_path):
     work_dir = tmp_path / 'work'
-    out = run_tool('tools/train.py', QUICKSTART['retinanet'], '--work-dir', str(work_dir),
+    out = run_tool('tools/train.py', DETECTOR_CONFIGS['retinanet'], '--work-dir', str(work_dir),
                    '--cfg-options', 'compile.dynamic=False', *short_run_options(tiny_shapes),
                    timeout=3600)
     assert 'Model has been "compiled"' in out

@@ -1,217 +1,31 @@
 """TransCNN: official-exact numbers, padding, the iterative H-MHSA, checkpoints (the contract
 shared by all backbones is in test_backbone_contract.py).
 
-The reference below restates the official ``TransCNN.py`` (yun-liu/HAT-Net @0bd7463) in plain
-torch on an official-format state dict (its keys, 1x1 conv weights, NCHW). Its windows and pooled
-cells are taken by slicing, so at map borders they hold only the pixels that exist: for inputs the
-official code accepts (multiples of 128) this is exactly its computation, and for other sizes it is
-the computation in which padded keys are absent.
+The reference is the official ``TransCNN.py`` (yun-liu/HAT-Net @0bd7463) restated in plain torch
+(:mod:`mmhvit.testing.hmhsa_reference`): exactly its computation on inputs it accepts (multiples of
+128), and for other sizes the computation in which padded keys are absent.
 """
-import functools
 import math
-import os
 import os.path as osp
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import REPO, run_tool
+from conftest import REPO, official_keys, run_tool, tool_env
 
 from mmhvit.models.backbones import TransCNN
 from mmhvit.models.converters import convert_transcnn_checkpoint
 from mmhvit.models.layers import HMHSA, grid_attention, multihead_attention, pool_cells
 from mmhvit.models.layers import hmhsa as hmhsa_module
+from mmhvit.testing import assert_close, meta_state_dict, random_state_dict, tiny_arch
+from mmhvit.testing import transcnn_forward as reference_forward
+from mmhvit.testing import transcnn_shapes as official_shapes
+from mmhvit.testing.hmhsa_reference import r_attention, r_cell_pool, r_window_attention
 
-DATA = osp.join(osp.dirname(__file__), 'data')
-TINY = dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_heads=[1, 2, 2, 4],
-            mlp_ratio=[2, 2, 2, 2], grid_sizes=[8, 8, 8, 1], ds_ratios=[8, 4, 2, 1])
+pytestmark = pytest.mark.unit
+TINY = tiny_arch('TransCNN')
 OFFICIAL_PARAMS_M = dict(tiny=13.316, small=26.539, medium=48.323, large=80.033)
-KERNELS = [5, 3, 5, 3]
-
-
-# --- the official layout and forward, restated ---------------------------------------------------
-def add_conv_shapes(shapes, name, out_ch, in_ch, k, bias=True):
-    """The key -> shape entries of an official nn.Conv2d (also used by test_hatnet.py)."""
-    shapes[name + '.weight'] = (out_ch, in_ch, k, k)
-    if bias:
-        shapes[name + '.bias'] = (out_ch, )
-
-
-def official_shapes(arch, num_classes=1000):
-    """Key -> shape of an official TransCNN state dict (head_dim = dim // num_heads)."""
-    shapes = {}
-    conv = functools.partial(add_conv_shapes, shapes)
-
-    def bn(name, ch):
-        for suffix in ('weight', 'bias', 'running_mean', 'running_var'):
-            shapes[f'{name}.{suffix}'] = (ch, )
-        shapes[name + '.num_batches_tracked'] = ()
-
-    dims = arch['embed_dims']
-    conv('patch_embed.0', 16, 3, 3)
-    bn('patch_embed.1', 16)
-    conv('patch_embed.3', dims[0], 16, 3)
-    for s, (dim, depth) in enumerate(zip(dims, arch['depths'])):
-        hidden = dim * arch['mlp_ratio'][s]
-        for i in range(depth):
-            attn, irb = f'blocks.{s}.{i}.attn', f'blocks.{s}.{i}.conv'
-            bn(attn + '.norm', dim)
-            conv(attn + '.qkv', 3 * dim, dim, 1)
-            conv(attn + '.proj', dim, dim, 1)
-            if arch['grid_sizes'][s] > 1:
-                bn(attn + '.grid_norm', dim)
-                bn(attn + '.ds_norm', dim)
-                conv(attn + '.q', dim, dim, 1)
-                conv(attn + '.kv', 2 * dim, dim, 1)
-            conv(irb + '.conv1.0', hidden, dim, 1, bias=False)
-            bn(irb + '.conv1.1', hidden)
-            conv(irb + '.conv2.0', hidden, 1, KERNELS[s], bias=False)
-            bn(irb + '.conv2.1', hidden)
-            conv(irb + '.conv3.0', dim, hidden, 1, bias=False)
-            bn(irb + '.conv3.1', dim)
-    for n in (2, 3, 4):
-        conv(f'ds{n}.conv', dims[n - 1], dims[n - 2], 3)
-        conv(f'ds{n}.residual', dims[n - 1], dims[n - 2], 1)
-        bn(f'ds{n}.norm1', dims[n - 1])
-        bn(f'ds{n}.norm2', dims[n - 1])
-    shapes['classifier.1.weight'] = (num_classes, dims[-1])
-    shapes['classifier.1.bias'] = (num_classes, )
-    return shapes
-
-
-def read_official_keys(name, family='transcnn'):
-    """Key -> shape of an official state dict, as listed in tests/data (also test_ptnt.py's)."""
-    shapes = {}
-    with open(osp.join(DATA, f'{family}_official_keys_{name}.txt')) as f:
-        for line in f:
-            if line.startswith('#'):
-                continue
-            key, shape = line.rstrip('\n').split(' ')
-            shapes[key] = tuple(int(v) for v in shape.split(',')) if shape else ()
-    return shapes
-
-
-def random_state_dict(shapes, seed=0, dtype=torch.float64):
-    """Random official weights giving O(1) activations and non-uniform attention."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def uniform(shape, low, high):
-        return torch.rand(shape, generator=gen, dtype=dtype) * (high - low) + low
-
-    norms = {k[:-len('.running_mean')] for k in shapes if k.endswith('.running_mean')}
-    sd = {}
-    for key, shape in shapes.items():
-        prefix, suffix = key.rsplit('.', 1)
-        if suffix == 'num_batches_tracked':
-            sd[key] = torch.tensor(0)
-        elif prefix in norms:
-            low, high = dict(weight=(.5, 1.5), bias=(-.3, .3), running_mean=(-.3, .3),
-                             running_var=(.5, 2.))[suffix]
-            sd[key] = uniform(shape, low, high)
-        elif suffix == 'bias':
-            sd[key] = uniform(shape, -.1, .1)
-        else:
-            # Half the unit-gain scale: the residual stream stays O(1) through 18 blocks.
-            sd[key] = torch.randn(shape, generator=gen, dtype=dtype) * .5 / math.sqrt(
-                math.prod(shape[1:]))
-    return sd
-
-
-def r_bn(x, sd, name):
-    return F.batch_norm(x, sd[name + '.running_mean'], sd[name + '.running_var'],
-                        sd[name + '.weight'], sd[name + '.bias'], False, 0., 1e-5)
-
-
-def r_conv(x, sd, name, **kwargs):
-    return F.conv2d(x, sd[name + '.weight'], sd.get(name + '.bias'), **kwargs)
-
-
-def r_attention(q, k, v, heads):
-    """Softmax attention on channel-major tokens (B, C, N); channels head-major."""
-    batch, channels, n_q = q.shape
-    q, k, v = (t.reshape(batch, heads, channels // heads, -1).transpose(-2, -1) for t in (q, k, v))
-    weights = (q @ k.transpose(-2, -1) * (channels // heads)**-0.5).softmax(-1)
-    return (weights @ v).transpose(-2, -1).reshape(batch, channels, n_q)
-
-
-def r_window_attention(qkv, grid, heads):
-    """Attention inside each grid x grid window; border windows hold only existing tokens."""
-    batch, _, height, width = qkv.shape
-    out = qkv.new_zeros(batch, qkv.shape[1] // 3, height, width)
-    for i in range(0, height, grid):
-        for j in range(0, width, grid):
-            window = qkv[:, :, i:i + grid, j:j + grid]
-            q, k, v = window.flatten(2).chunk(3, dim=1)
-            out[:, :, i:i + grid, j:j + grid] = r_attention(q, k, v, heads).reshape(
-                batch, -1, *window.shape[-2:])
-    return out
-
-
-def r_cell_pool(x, cell, op):
-    """Mean or max of each cell x cell cell over the pixels that exist."""
-    height, width = x.shape[-2:]
-    return torch.stack([
-        torch.stack([
-            getattr(x[:, :, i:i + cell, j:j + cell], op)(dim=(-2, -1))
-            for j in range(0, width, cell)
-        ], -1) for i in range(0, height, cell)
-    ], -2)
-
-
-def r_hmhsa(x, sd, name, heads, grid, ratio, norm=None):
-    """Official H-MHSA; ``norm`` (default BatchNorm) is HAT-Net's GroupNorm there."""
-    norm = norm or r_bn
-    qkv = r_conv(norm(x, sd, name + '.norm'), sd, name + '.qkv')
-    if grid == 1:
-        out = r_attention(*qkv.flatten(2).chunk(3, dim=1), heads)
-    else:
-        y = norm(x + r_window_attention(qkv, grid, heads), sd, name + '.grid_norm')
-        kv = r_conv(norm(r_cell_pool(y, ratio, 'mean'), sd, name + '.ds_norm'), sd, name + '.kv')
-        q = r_conv(y, sd, name + '.q').flatten(2)
-        out = r_attention(q, *kv.flatten(2).chunk(2, dim=1), heads) + y.flatten(2)
-    return r_conv(out.reshape(x.shape), sd, name + '.proj')
-
-
-def r_irb(x, sd, name, kernel):
-    x = F.silu(r_bn(r_conv(x, sd, name + '.conv1.0'), sd, name + '.conv1.1'))
-    x = r_conv(x, sd, name + '.conv2.0', padding=kernel // 2, groups=x.shape[1])
-    x = F.silu(r_bn(x, sd, name + '.conv2.1'))
-    return r_bn(r_conv(x, sd, name + '.conv3.0'), sd, name + '.conv3.1')
-
-
-def r_downsample(x, sd, name):
-    # The official pool needs even sides; odd ones get -inf padding (the max of what exists).
-    height, width = x.shape[-2:]
-    pooled = F.max_pool2d(F.pad(x, (0, width % 2, 0, height % 2), value=-math.inf), 2)
-    return F.silu(
-        r_bn(r_conv(x, sd, name + '.conv', stride=2, padding=1), sd, name + '.norm1') +
-        r_bn(r_conv(pooled, sd, name + '.residual'), sd, name + '.norm2'))
-
-
-def reference_forward(sd, x, arch):
-    """The official TransCNN forward: (4 stage maps, logits or None)."""
-    x = F.silu(r_bn(r_conv(x, sd, 'patch_embed.0', stride=2, padding=1), sd, 'patch_embed.1'))
-    x = r_conv(x, sd, 'patch_embed.3', stride=2, padding=1)
-    feats = []
-    for s in range(4):
-        if s:
-            x = r_downsample(x, sd, f'ds{s + 1}')
-        for i in range(arch['depths'][s]):
-            x = x + r_hmhsa(x, sd, f'blocks.{s}.{i}.attn', arch['num_heads'][s],
-                            arch['grid_sizes'][s], arch['ds_ratios'][s])
-            x = x + r_irb(x, sd, f'blocks.{s}.{i}.conv', KERNELS[s])
-        feats.append(x)
-    logits = None
-    if 'classifier.1.weight' in sd:
-        logits = F.linear(x.mean((2, 3)), sd['classifier.1.weight'], sd['classifier.1.bias'])
-    return feats, logits
-
-
-def tool_env():
-    env = dict(os.environ)
-    env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
-    return env
 
 
 def converted_model(arch, sd, dtype=torch.float64, **kwargs):
@@ -219,13 +33,6 @@ def converted_model(arch, sd, dtype=torch.float64, **kwargs):
     missing, unexpected = model.load_state_dict(convert_transcnn_checkpoint(sd), strict=False)
     assert not missing and not unexpected
     return model
-
-
-def assert_close(actual, expected, tol):
-    scale = expected.abs().max().item()
-    assert actual.shape == expected.shape
-    assert (actual - expected).abs().max().item() <= tol * max(scale, 1.), (
-        (actual - expected).abs().max().item(), scale)
 
 
 @pytest.fixture(autouse=True)
@@ -237,7 +44,7 @@ def seed():
 @pytest.mark.parametrize('name', ['tiny', 'small', 'medium', 'large'])
 def test_official_layout_and_param_counts(name):
     arch = TransCNN.arch_zoo[name]
-    official = read_official_keys(name)
+    official = official_keys('transcnn', name)
     # The generator used for custom archs reproduces the official state dict of every variant.
     assert official_shapes(arch) == official
     params = sum(math.prod(s) for k, s in official.items()
@@ -330,7 +137,7 @@ def test_init_cfg_loads_official_checkpoint(tmp_path):
 def test_checkpoint_of_another_arch_names_both():
     with torch.device('meta'):
         model = TransCNN('small')
-    official = {k: torch.empty(s, device='meta') for k, s in read_official_keys('tiny').items()}
+    official = meta_state_dict(official_keys('transcnn', 'tiny'))
     with pytest.raises(ValueError, match=r"arch tiny, but this model is arch small"):
         model.load_converted(model.convert_checkpoint(official))
 
@@ -434,8 +241,8 @@ def test_config_errors():
 
 
 # --- MMPretrain classifier from the converted official checkpoint ---------------------------------
+@pytest.mark.slow
 def test_converted_classifier_reproduces_official_logits(tmp_path):
-    pytest.importorskip('mmpretrain')
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
     from mmengine.runner import load_checkpoint

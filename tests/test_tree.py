@@ -2,7 +2,10 @@
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.integration
 
 
 def check(*args):

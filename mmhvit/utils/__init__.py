@@ -1,10 +1,20 @@
 from .cli_errors import add_debug_argument, reports_user_errors
+from .flops import count_flops, count_params
 from .launch import allow_training_checkpoints, build_runner, prepare_runner_config
+from .measure import (
+    PeakMemory,
+    ab_ratio_runs,
+    alternating_times,
+    in_fresh_process,
+    median_time,
+    spread,
+    step_functions,
+    synchronize,
+)
 
 __all__ = [
     'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'add_debug_argument',
-    'reports_user_errors'
+    'reports_user_errors', 'count_flops', 'count_params', 'PeakMemory', 'ab_ratio_runs',
+    'alternating_times', 'in_fresh_process', 'median_time', 'spread', 'step_functions',
+    'synchronize'
 ]
-from .flops import count_flops, count_params  # noqa: E402
-
-__all__ += ['count_flops', 'count_params']

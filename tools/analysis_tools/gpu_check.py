@@ -13,7 +13,6 @@ Writes a Markdown page of the tables (for docs/benchmarks.md) and prints it. ``-
 same code on the CPU with tiny backbones, tiny sizes and 3 steps: what the tests run.
 """
 import argparse
-import importlib.util
 import math
 import os
 import os.path as osp
@@ -26,24 +25,13 @@ from mmengine.registry import init_default_scope
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
-_spec = importlib.util.spec_from_file_location(
-    'mmhvit_benchmark', osp.join(REPO, 'tools', 'analysis_tools', 'benchmark.py'))
-benchmark = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(benchmark)
+
+from mmhvit.analysis.benchmark.models import SCALING_ARCHS, log  # noqa: E402
+from mmhvit.analysis.benchmark.models import build_backbone as build_family  # noqa: E402
+from mmhvit.testing import TINY_ARCHS  # noqa: E402  (the dry run's tiny variants)
+from mmhvit.utils import PeakMemory, median_time, step_functions  # noqa: E402
 
 DETECTOR_CONFIGS = {'TransCNN': 'transcnn_b', 'NesT': 'nest_t', 'TNT': 'tnt_s'}
-# Tiny variants for the dry run (the same code paths, seconds on a CPU).
-TINY = {
-    'TransCNN': dict(arch=dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                               num_heads=[1, 1, 2, 2], mlp_ratio=[2, 2, 2, 2],
-                               grid_sizes=[4, 4, 4, 1], ds_ratios=[4, 2, 2, 1])),
-    'NesT': dict(arch=dict(embed_dims=[16, 32, 64, 128], depths=[1, 1, 1, 1],
-                           num_heads=[1, 2, 2, 4], block_size=4), pretrain_img_size=64),
-    'TNT': dict(arch=dict(embed_dims=32, inner_dims=8, depths=[1, 1, 1, 1], num_heads=2,
-                          inner_num_heads=1), pretrain_img_size=64),
-}
-
-
 def settings(dry_run: bool) -> dict:
     if dry_run:
         return dict(device='cpu', shapes=[(1, 64, 64), (1, 96, 160)], det_shape=(96, 160),
@@ -54,8 +42,8 @@ def settings(dry_run: bool) -> dict:
 
 def build_backbone(family: str, dry_run: bool):
     if dry_run:
-        return benchmark.build_backbone(family, **TINY[family])
-    return benchmark.build_backbone(family, benchmark.SCALING_ARCHS[family])
+        return build_family(family, **TINY_ARCHS[family])
+    return build_family(family, SCALING_ARCHS[family])
 
 
 def autocast(device: str, bf16: bool):
@@ -68,13 +56,13 @@ def backbone_rows(family: str, s: dict, dry_run: bool):
     for batch, height, width in s['shapes']:
         x = torch.randn(batch, 3, height, width, device=s['device'])
         for bf16 in (False, True):
-            forward, forward_backward = benchmark.step_functions(
+            forward, forward_backward = step_functions(
                 model, x, autocast(s['device'], bf16))
             figures = []
             for mode, fn in (('eval', forward), ('train', forward_backward)):
                 getattr(model, mode)()
-                with benchmark.PeakMemory(s['device']) as mem:
-                    seconds = benchmark.median_time(fn, s['repeats'], s['warmup'], s['device'])
+                with PeakMemory(s['device']) as mem:
+                    seconds = median_time(fn, s['repeats'], s['warmup'], s['device'])
                 figures += [seconds * 1e3, mem.peak / 2**30]
             rows.append(f'| {family} | {height}x{width} | {batch} | {"bf16" if bf16 else "fp32"} '
                         f'| {figures[0]:.1f} | {figures[1]:.2f} | {figures[2]:.1f} '
@@ -89,7 +77,7 @@ def build_detector(algo: str, family: str, dry_run: bool):
     cfg = Config.fromfile(osp.join(REPO, 'configs', name))
     cfg.model.backbone.pop('init_cfg', None)  # random weights: nothing is downloaded
     if dry_run:
-        cfg.model.backbone.update(TINY[family])
+        cfg.model.backbone.update(TINY_ARCHS[family])
         channels = build_backbone(family, dry_run).stage_channels
         out_indices = cfg.model.backbone.get('out_indices', (0, 1, 2, 3))
         cfg.model.neck.in_channels = [channels[i] for i in out_indices]
@@ -118,8 +106,8 @@ def training_step_fn(model, s: dict, with_mask: bool):
 def detector_rows(algo: str, family: str, s: dict, dry_run: bool):
     model = build_detector(algo, family, dry_run).to(s['device']).train()
     step, losses = training_step_fn(model, s, with_mask=algo == 'mask_rcnn')
-    with benchmark.PeakMemory(s['device']) as mem:
-        seconds = benchmark.median_time(step, s['repeats'], s['warmup'], s['device'])
+    with PeakMemory(s['device']) as mem:
+        seconds = median_time(step, s['repeats'], s['warmup'], s['device'])
     row = (f'| {algo} | {family} | {2 / seconds:.2f} | {seconds * 1e3:.0f} | '
            f'{mem.peak / 2**30:.2f} |')
     return row, model, step, losses
@@ -144,7 +132,7 @@ def main(argv=None):
              '| backbone | size | batch | dtype | forward ms | forward GiB | fwd+bwd ms '
              '| fwd+bwd GiB |', '|---|---|---|---|---|---|---|---|']
     for family in args.families:
-        benchmark.log(f'gpu_check: {family} backbone')
+        log(f'gpu_check: {family} backbone')
         lines += backbone_rows(family, s, args.dry_run)
     height, width = s['det_shape']
     lines += ['', f'## Detector training, bf16 AMP, {height}x{width}, batch 2, synthetic data',
@@ -153,7 +141,7 @@ def main(argv=None):
     finite = []
     for family in args.families:
         for algo in ('retinanet', 'mask_rcnn'):
-            benchmark.log(f'gpu_check: {algo} {family} throughput')
+            log(f'gpu_check: {algo} {family} throughput')
             try:
                 row, model, step, losses = detector_rows(algo, family, s, args.dry_run)
             except RuntimeError as error:  # reported, not hidden: e.g. mmcv's nms and bf16
@@ -161,7 +149,7 @@ def main(argv=None):
                 continue
             lines.append(row)
             if algo == 'retinanet':
-                benchmark.log(f'gpu_check: {s["steps"]} bf16 AMP RetinaNet steps, {family}')
+                log(f'gpu_check: {s["steps"]} bf16 AMP RetinaNet steps, {family}')
                 losses.clear()
                 for _ in range(s['steps']):
                     step()

@@ -1,8 +1,9 @@
-"""PyramidTNT's official computation, restated for the tests (tests/test_ptnt.py).
+"""PyramidTNT's official computation, restated in plain torch (not a copy of its code).
 
-Plain float64 torch on an official-format state dict: the keys and shapes of the official
+On an official-format state dict (:func:`ptnt_shapes`, :func:`random_ptnt_state_dict`), float64 in
+the tests: :func:`ptnt_forward` gives the stage maps and logits. The keys and shapes of the official
 ``tnt_pytorch/pyramid_tnt.py`` (huawei-noah/Efficient-AI-Backbones @e560a12; the official modules'
-lists are tests/data/ptnt_official_keys_*.txt). Checked once against the official module itself,
+lists are ``tests/data/ptnt_official_keys_*.txt``). Checked once against the official module itself,
 run from a local copy outside the repository: the same logits within 1e-14 in float64 (tiny at
 192, small at 256, a custom arch with 7 blocks in a stage at 320). At sizes the official module
 cannot take, it is this package's definition of the model, written independently of it: the image
@@ -15,13 +16,15 @@ import math
 
 import torch
 import torch.nn.functional as F
-from test_transcnn import add_conv_shapes, r_bn, r_cell_pool, r_conv
+
+from .hmhsa_reference import r_bn, r_cell_pool, r_conv
+from .state_dicts import add_conv_shapes
 
 SR = [4, 2, 1, 1]  # the official keys' pooling per stage
 
 
 # --- the official layout and forward, restated ---------------------------------------------------
-def official_shapes(arch, img_size, num_classes=1000):
+def ptnt_shapes(arch, img_size, num_classes=1000):
     """Key -> shape of an official PyramidTNT state dict."""
     d, c = arch['embed_dims'], arch['inner_dims']
     shapes = {}
@@ -82,7 +85,7 @@ def official_shapes(arch, img_size, num_classes=1000):
     return shapes
 
 
-def random_state_dict(shapes, seed=0, dtype=torch.float64):
+def random_ptnt_state_dict(shapes, seed=0, dtype=torch.float64):
     """Random official weights giving O(1) activations, non-uniform attention, a strong bias."""
     gen = torch.Generator().manual_seed(seed)
 
@@ -120,7 +123,7 @@ def r_resize(grid_map, size):
     return F.interpolate(grid_map, size=size, mode='bicubic', align_corners=False)
 
 
-def r_bias(bias, grid, key_grid):
+def ptnt_bias(bias, grid, key_grid):
     """relative_pos (1, heads, h*w, hk*wk) of square grids, resized keys first."""
     heads, queries, keys = bias.shape[1:]
     side, key_side = math.isqrt(queries), math.isqrt(keys)
@@ -204,7 +207,7 @@ def r_sentence_merge(sd, name, sentences, grid):
     return x.flatten(2).transpose(1, 2), tuple(x.shape[-2:])
 
 
-def reference_forward(sd, x, arch):
+def ptnt_forward(sd, x, arch):
     """The official PyramidTNT forward: (4 stage maps, the last after ``norm``; logits)."""
     height, width = x.shape[-2:]
     words, sentences, grid = r_stem(sd, F.pad(x, (0, -width % 8, 0, -height % 8)))
@@ -217,7 +220,7 @@ def reference_forward(sd, x, arch):
             words = r_word_merge(sd, f'word_merges.{i - 1}', words, grid)
             sentences, grid = r_sentence_merge(sd, f'sentence_merges.{i - 1}', sentences, grid)
         key_grid = tuple(math.ceil(n / SR[i]) for n in grid)
-        bias = r_bias(sd[f'stages.{i}.relative_pos'], grid, key_grid)
+        bias = ptnt_bias(sd[f'stages.{i}.relative_pos'], grid, key_grid)
         for j in range(depth):
             words, sentences = r_block(sd, f'stages.{i}.blocks.{j}.', words, sentences, grid,
                                        bias, arch['num_heads'][i], arch['inner_num_heads'][i],

@@ -1,0 +1,134 @@
+"""Measuring primitives: median timing, alternating A/B timing, peak memory, fresh processes.
+
+The benchmark sections (:mod:`mmhvit.analysis.benchmark`) and the GPU check are written with
+these; each is small enough to read at a glance and is tested in ``tests/test_measure.py``.
+"""
+import gc
+import multiprocessing
+import statistics
+import time
+from typing import Callable, List, Sequence, Tuple
+
+import torch
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU)."""
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+def timed(fn: Callable, device: str) -> float:
+    """Seconds of one call of ``fn``, the device synchronised before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def median_time(fn: Callable, repeats: int, warmup: int, device: str = 'cpu') -> float:
+    """Median seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    return statistics.median(timed(fn, device) for _ in range(repeats))
+
+
+def alternating_times(fns: Sequence[Callable], repeats: int, warmup: int,
+                      device: str = 'cpu') -> List[float]:
+    """Median seconds of each function, run A, B, A, B... so that drift hits both alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, bucket in zip(fns, times):
+            bucket.append(timed(fn, device))
+    return [statistics.median(bucket) for bucket in times]
+
+
+def ab_ratio_runs(a: Callable, b: Callable, runs: int, repeats: int, warmup: int,
+                  device: str = 'cpu') -> Tuple[float, float, List[float]]:
+    """``runs`` runs of A/B-alternating timing: (median seconds of ``a``, of ``b``, [a / b of
+    each run]); the spread of the ratios shows the noise."""
+    ratios, times_a, times_b = [], [], []
+    for _ in range(runs):
+        time_a, time_b = alternating_times([a, b], repeats, warmup, device)
+        ratios.append(time_a / time_b)
+        times_a.append(time_a)
+        times_b.append(time_b)
+    return statistics.median(times_a), statistics.median(times_b), ratios
+
+
+def spread(values: Sequence[float]) -> str:
+    """'min / median / max' of ``values``, two decimals."""
+    return f'{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}'
+
+
+def proc_status(field: str) -> int:
+    """A memory field of /proc/self/status (e.g. 'VmRSS:'), in bytes."""
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f'{field} not in /proc/self/status')
+
+
+class PeakMemory:
+    """Peak memory of a block above its start, in bytes (``.peak``): the CUDA allocator's peak, or
+    on the CPU the process's resident-set high-water mark (Linux VmHWM).
+
+    The CPU figure only means something in a fresh process (freed memory stays resident and is
+    reused, and VmHWM never drops): measure each CPU case through :func:`in_fresh_process`.
+    """
+
+    def __init__(self, device: str = 'cpu'):
+        self.device = device
+        self.peak = None
+
+    def __enter__(self):
+        gc.collect()
+        if self.device == 'cuda':
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        else:
+            self.base = proc_status('VmRSS:')
+        return self
+
+    def __exit__(self, *exc):
+        if self.device == 'cuda':
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.peak = proc_status('VmHWM:') - self.base
+
+
+def _with_threads(threads: int, fn: Callable, args: tuple):
+    torch.set_num_threads(threads)
+    return fn(*args)
+
+
+def in_fresh_process(fn: Callable, *args, threads: int = 1):
+    """``fn(*args)`` in a new (spawned, not forked) process with ``threads`` torch threads; returns
+    its result. ``fn`` must be importable (module level) and its result picklable."""
+    context = multiprocessing.get_context('spawn')
+    with context.Pool(1) as pool:
+        return pool.apply(_with_threads, (threads, fn, args))
+
+
+def step_functions(model: torch.nn.Module, x: torch.Tensor, autocast):
+    """(forward without grad, forward + backward of the mean of every output) of ``model`` on
+    ``x`` under the ``autocast`` context."""
+
+    def forward():
+        with torch.no_grad(), autocast:
+            model(x)
+
+    def forward_backward():
+        with autocast:
+            out = model(x)
+            out = out if isinstance(out, (tuple, list)) else [out]
+            loss = sum(o.float().mean() for o in out)
+        loss.backward()
+
+    return forward, forward_backward
