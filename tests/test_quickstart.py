@@ -9,6 +9,7 @@ named singletons (logger, visualizer, message hub) apart.
 import glob
 import json
 import os.path as osp
+import runpy
 
 import pytest
 from conftest import REPO, run_in_process, subset_options
