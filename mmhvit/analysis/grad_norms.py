@@ -20,7 +20,7 @@ def group_of(name: str) -> str:
     return '.'.join(parts[:2]) if parts[1].startswith(('layer', 'patch_embed')) else 'backbone.stem'
 
 
-def build_runner(config: str, checkpoint=None, options=None) -> Runner:
+def diagnostic_runner(config: str, checkpoint=None, options=None) -> Runner:
     """The config's runner with its model as training starts (or with ``checkpoint`` loaded)."""
     cfg = Config.fromfile(config)
     cfg.merge_from_dict(options or {})
@@ -37,7 +37,7 @@ def build_runner(config: str, checkpoint=None, options=None) -> Runner:
 def overfit_one_batch(config: str, steps: int, lr: float, options=None, checkpoint=None):
     """Yields ``(step, {loss name: value})`` for ``steps`` optimiser steps on the first training
     batch, with the config's optimiser wrapper (clipping included) at a constant ``lr``."""
-    runner = build_runner(config, checkpoint, options)
+    runner = diagnostic_runner(config, checkpoint, options)
     optim_wrapper = runner.build_optim_wrapper(runner.cfg.optim_wrapper)
     for group in optim_wrapper.optimizer.param_groups:
         group['lr'] = lr
@@ -50,7 +50,7 @@ def overfit_one_batch(config: str, steps: int, lr: float, options=None, checkpoi
 
 def grad_norms(config: str, checkpoint=None, batches: int = 4, options=None) -> dict:
     """{group: mean gradient L2 norm over ``batches`` training batches}."""
-    runner = build_runner(config, checkpoint, options)
+    runner = diagnostic_runner(config, checkpoint, options)
     model = runner.model
     model.train()
     sums = collections.defaultdict(float)
