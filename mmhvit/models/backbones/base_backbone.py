@@ -266,7 +266,8 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
     # --- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """A tuple of NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x ceil(W / s).
+        """A tuple of contiguous NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x
+        ceil(W / s).
 
         The stem, then each built stage in turn, through the family's hooks: ``forward_stem``
         makes the state the stages pass on (a map, or TNT's words and sentences),
@@ -278,7 +279,12 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         for index, stage in enumerate(self.stages):
             state = self.forward_stage(stage, state)
             if index in self.out_indices:
-                outs.append(self.stage_output(index, state))
+                # Contiguous NCHW, whatever layout the stage ran in: mmcv's RoIAlign (CPU and
+                # CUDA) reads its input's memory as NCHW and ignores strides, so a channels-last
+                # map (the H-MHSA families' maps, TNT's token grids) gives Mask R-CNN's heads
+                # features from the wrong pixels and channels. FPN convs keep the layout they
+                # are given, so the neck would pass it on.
+                outs.append(self.stage_output(index, state).contiguous())
         return tuple(outs)
 
     def check_input(self, x: torch.Tensor) -> None:

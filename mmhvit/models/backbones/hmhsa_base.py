@@ -123,7 +123,7 @@ class HMHSABackbone(HViTBackbone):
 
     The maps run in channels-last memory: H-MHSA's channels-last tokens are then views of the
     maps, with no permute copies, and oneDNN / cuDNN run the convolutions NHWC natively. The
-    outputs are NCHW tensors with channels-last strides.
+    outputs are copied to contiguous NCHW (:meth:`HViTBackbone.forward` says why).
     """
 
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio', 'grid_sizes',
