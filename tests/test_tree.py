@@ -29,3 +29,28 @@ def test_a_file_over_the_limit_fails_with_its_name(tmp_path):
 def test_the_tracked_tree_is_within_the_limit():
     proc = check()
     assert proc.returncode == 0, proc.stderr
+
+
+def test_every_python_tool_answers_help():
+    """Each script under tools/ imports and parses ``--help`` (an import that names a moved or
+    renamed function fails here, not on a user's machine). One process: imports are shared."""
+    script = (
+        'import glob, runpy, sys\n'
+        'failed = []\n'
+        'for path in sorted(glob.glob("tools/**/*.py", recursive=True)):\n'
+        '    sys.argv = [path, "--help"]\n'
+        '    try:\n'
+        '        runpy.run_path(path, run_name="__main__")\n'
+        '        failed.append(f"{path}: no --help")\n'
+        '    except SystemExit as exit:\n'
+        '        if exit.code not in (0, None):\n'
+        '            failed.append(f"{path}: exit {exit.code}")\n'
+        '    except Exception as error:\n'
+        '        failed.append(f"{path}: {error!r}")\n'
+        'print("".join(f"FAILED {line}\\n" for line in failed))\n')
+    result = subprocess.run([sys.executable, '-c', script], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    failures = [line for line in result.stdout.splitlines() if line.startswith('FAILED ')]
+    assert failures == []
+    assert result.stdout.count('usage:') >= 10  # the scripts did print their help

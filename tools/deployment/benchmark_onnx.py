@@ -26,10 +26,8 @@ from mmengine.registry import MODELS, init_default_scope
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
-sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
 
-from benchmark import alternating_times  # noqa: E402
-
+from mmhvit.utils import alternating_times  # noqa: E402
 from mmhvit.utils.cli_errors import add_debug_argument, reports_user_errors  # noqa: E402
 from mmhvit.utils.export import export_onnx, flatten_outputs, ort_session  # noqa: E402
 
