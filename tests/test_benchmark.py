@@ -1,7 +1,7 @@
 import os.path as osp
 
 import pytest
-from conftest import run_tool
+from conftest import run_in_process, run_tool
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +82,65 @@ def test_benchmark_plugins_section(tmp_path):
     flops = [float(row[2]) for row in rows]
     assert all(f > flops[0] for f in flops[1:])
     assert all(float(row[3]) > 0 and float(row[4]) >= 0 for row in rows)
+
+
+@pytest.mark.slow  # about 30 s: four fresh processes building detectors
+def test_benchmark_detection_section(tmp_path):
+    out = tmp_path / 'detection.md'
+    log = run_tool('tools/analysis_tools/benchmark.py', '--sections', 'detection', '--det-algos',
+                   'retinanet', '--det-backbones', 'NesT-T', 'ResNet-50', '--det-size', '64x96',
+                   '--det-batches', '1', '--repeats', '1', '--warmup', '0', '--threads', '1',
+                   '--out', str(out))
+    assert 'detection: retinanet NesT-T, batch 1, peak memory' in log  # progress output
+    text = out.read_text()
+    assert [line for line in text.splitlines() if line.startswith('#')] == [
+        '# Benchmarks', '## Detectors (CPU, fp32, 64x96)', '### RetinaNet']
+    (header, rule, *rows), = markdown_tables(text)
+    assert set(''.join(rule)) == {'-'} and all(len(row) == len(header) for row in rows)
+    assert [(row[0], row[1]) for row in rows] == [('NesT-T', '1'), ('ResNet-50', '1')]
+    rows = {row[0]: dict(zip(header, row)) for row in rows}
+    for row in rows.values():
+        for column in ('training step (s) min / median / max', 'inference (s) min / median / max'):
+            low, median, high = (float(v) for v in row[column].split(' / '))
+            assert 0 < low == median == high  # one repeat
+        assert float(row['peak memory training (MiB)']) > 0
+        assert float(row['backbone GFLOPs']) > 0
+        assert 0 < float(row['backbone params (M)']) < float(row['params (M)'])
+        assert row['training time / Swin-T'] == row['target'] == '—'  # no Swin-T row to divide by
+    assert abs(float(rows['ResNet-50']['backbone params (M)']) - 23.5) < 0.1  # torchvision's
+    # The summary line names ours (only NesT-T here) and says the targets went unchecked.
+    assert ('- RetinaNet, batch 1: fastest training step of ours NesT-T' in text
+            and 'no Swin-T row: targets not checked.' in text)
+
+
+def test_detection_summary_is_computed_from_the_figures():
+    from mmhvit.analysis.benchmark.detection import summary_line, table_row
+
+    def result(train, memory):
+        return dict(train=[train], infer=[1.], train_peak=memory * 2**20, infer_peak=2**20,
+                    backbone_params=1., params=2., gflops=3.)
+
+    results = {'NesT-T': result(0.7, 90), 'TNT-S': result(1.1, 50), 'Swin-T': result(1., 100)}
+    line = summary_line('RetinaNet', 2, results)
+    assert line.startswith('- RetinaNet, batch 2: fastest training step of ours NesT-T (0.700 s), '
+                           'lightest TNT-S (50 MiB)')
+    # TNT-S is slower than Swin-T: not every family is within 1.0x; the best are within 0.8x.
+    assert 'NesT-T 0.70x / 0.90x, TNT-S 1.10x / 0.50x' in line
+    assert 'Every family ≤ 1.0x: missed; the best ≤ 0.8x: time met (0.70x), memory met (0.50x).' \
+        in line
+    base = results['Swin-T']
+    row = table_row('NesT-T', 2, results['NesT-T'], base)
+    assert row.endswith('| 0.70 | 0.90 | 1.00 | 1.00 | met |')
+    assert table_row('TNT-S', 2, results['TNT-S'], base).endswith('| missed |')
+    assert table_row('Swin-T', 2, base, base).endswith('| 1.00 | 1.00 | 1.00 | 1.00 | — |')
+
+
+@pytest.mark.parametrize('option, refused', [
+    (['--det-backbones', 'NesT-T', 'Swin-S'], "argument --det-backbones: invalid choice: 'Swin-S'"),
+    (['--det-size', '800x'], "--det-size takes HxW with H, W >= 32, got '800x'"),
+])
+def test_benchmark_detection_refuses_bad_options(option, refused, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_in_process('tools/analysis_tools/benchmark.py', '--sections', 'detection', *option)
+    errors = [line for line in capsys.readouterr().err.splitlines() if 'error' in line]
+    assert exit_info.value.code == 2 and len(errors) == 1 and refused in errors[0]

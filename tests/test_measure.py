@@ -7,6 +7,7 @@ import torch
 from mmhvit.utils import (
     PeakMemory,
     ab_ratio_runs,
+    alternating_samples,
     alternating_times,
     in_fresh_process,
     median_time,
@@ -51,6 +52,15 @@ def test_alternating_times_interleaves_and_orders_by_function():
     assert t_slow >= 0.01 > t_fast
 
 
+def test_alternating_samples_keeps_every_repeat_round_robin():
+    order = []
+    fns = [lambda name=name: order.append(name) for name in 'abc']
+    samples = alternating_samples(fns, repeats=2, warmup=1)
+    assert order == ['a', 'b', 'c'] + ['a', 'b', 'c'] * 2  # warm-ups, then round-robin
+    assert [len(bucket) for bucket in samples] == [2, 2, 2]
+    assert all(t >= 0 for bucket in samples for t in bucket)
+
+
 def test_ab_ratio_runs_reports_one_ratio_per_run():
     t_a, t_b, ratios = ab_ratio_runs(sleeper(0.004), sleeper(0.002), runs=3, repeats=2, warmup=0)
     assert len(ratios) == 3 and t_a > t_b
@@ -61,6 +71,7 @@ def test_ab_ratio_runs_reports_one_ratio_per_run():
 
 def test_spread():
     assert spread([3.0, 1.0, 2.0]) == '1.00 / 2.00 / 3.00'
+    assert spread([0.5, 0.25], digits=3) == '0.250 / 0.375 / 0.500'
 
 
 def test_peak_memory_cpu_sees_an_allocation_in_a_fresh_process():

@@ -4,6 +4,7 @@ from .launch import allow_training_checkpoints, build_runner, prepare_runner_con
 from .measure import (
     PeakMemory,
     ab_ratio_runs,
+    alternating_samples,
     alternating_times,
     in_fresh_process,
     median_time,
@@ -15,6 +16,6 @@ from .measure import (
 __all__ = [
     'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'add_debug_argument',
     'reports_user_errors', 'count_flops', 'count_params', 'PeakMemory', 'ab_ratio_runs',
-    'alternating_times', 'in_fresh_process', 'median_time', 'spread', 'step_functions',
-    'synchronize'
+    'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time', 'spread',
+    'step_functions', 'synchronize'
 ]

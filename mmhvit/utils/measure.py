@@ -34,9 +34,10 @@ def median_time(fn: Callable, repeats: int, warmup: int, device: str = 'cpu') ->
     return statistics.median(timed(fn, device) for _ in range(repeats))
 
 
-def alternating_times(fns: Sequence[Callable], repeats: int, warmup: int,
-                      device: str = 'cpu') -> List[float]:
-    """Median seconds of each function, run A, B, A, B... so that drift hits both alike."""
+def alternating_samples(fns: Sequence[Callable], repeats: int, warmup: int,
+                        device: str = 'cpu') -> List[List[float]]:
+    """Seconds of each of ``repeats`` calls of each function, run A, B, A, B... (round-robin) so
+    that drift hits all alike, after ``warmup`` untimed calls of each."""
     for fn in fns:
         for _ in range(warmup):
             fn()
@@ -44,7 +45,14 @@ def alternating_times(fns: Sequence[Callable], repeats: int, warmup: int,
     for _ in range(repeats):
         for fn, bucket in zip(fns, times):
             bucket.append(timed(fn, device))
-    return [statistics.median(bucket) for bucket in times]
+    return times
+
+
+def alternating_times(fns: Sequence[Callable], repeats: int, warmup: int,
+                      device: str = 'cpu') -> List[float]:
+    """Median seconds of each function, run A, B, A, B... so that drift hits both alike."""
+    return [statistics.median(bucket)
+            for bucket in alternating_samples(fns, repeats, warmup, device)]
 
 
 def ab_ratio_runs(a: Callable, b: Callable, runs: int, repeats: int, warmup: int,
@@ -60,9 +68,10 @@ def ab_ratio_runs(a: Callable, b: Callable, runs: int, repeats: int, warmup: int
     return statistics.median(times_a), statistics.median(times_b), ratios
 
 
-def spread(values: Sequence[float]) -> str:
-    """'min / median / max' of ``values``, two decimals."""
-    return f'{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}'
+def spread(values: Sequence[float], digits: int = 2) -> str:
+    """'min / median / max' of ``values``, ``digits`` decimals."""
+    return ' / '.join(f'{v:.{digits}f}' for v in (min(values), statistics.median(values),
+                                                   max(values)))
 
 
 def proc_status(field: str) -> int:

@@ -4,6 +4,8 @@ size.
     python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu plugins]
         [--families TransCNN NesT TNT PyramidTNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
         [--plugin-size 800x1344] [--plugin-memory-cap 12] [--repeats 5] [--ratio-runs 5]
+        [--det-algos retinanet mask-rcnn] [--det-backbones NesT-T Swin-T ...]
+        [--det-size 800x1344] [--det-batches 1 2]
         [--official-transcnn PATH/TransCNN.py] [--threads 2]
         [--out docs/benchmarks.md]
 
@@ -28,7 +30,13 @@ Sections:
            on generated shapes data;
   plugins  (not in the default sections) MMDet's ResNet-50 alone and with the H-MHSA plugin,
            mmcv's GeneralizedAttention or NonLocal2d after conv3 of every block of stages 2-4:
-           params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1.
+           params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1;
+  detection  (not in the default sections) RetinaNet and Mask R-CNN (``--det-algos``) with each
+           of our backbones and MMDet's Swin-T, PVTv2-b2 and ResNet-50 (``--det-backbones``),
+           random weights, CPU fp32 at ``--det-size``, batches ``--det-batches``: training-step
+           and inference time (all models alternating), peak memory (fresh processes), params,
+           backbone FLOPs, ratios to Swin-T and the targets (each family <= 1.0x Swin-T, the
+           best <= 0.8x).
 """
 import argparse
 import datetime
@@ -44,6 +52,7 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 from mmhvit.analysis.benchmark import (  # noqa: E402
+    detection,
     gpu,
     params,
     plugins,
@@ -53,7 +62,7 @@ from mmhvit.analysis.benchmark import (  # noqa: E402
 )
 from mmhvit.analysis.benchmark.models import FAMILIES, SCALING_SIZES, log  # noqa: E402
 
-SECTIONS = ['params', 'speed', 'profile', 'scaling', 'gpu', 'quickstart', 'plugins']
+SECTIONS = ['params', 'speed', 'profile', 'scaling', 'gpu', 'quickstart', 'plugins', 'detection']
 
 
 def parse_args(argv=None):
@@ -83,12 +92,22 @@ def parse_args(argv=None):
     parser.add_argument('--plugin-size', default='800x1344', help='HxW of the plugins section')
     parser.add_argument('--plugin-memory-cap', type=float, default=12.,
                         help='GiB of address space for each model of the plugins section')
+    parser.add_argument('--det-algos', nargs='+', default=list(detection.DET_ALGOS),
+                        choices=list(detection.DET_ALGOS),
+                        help='detectors of the detection section')
+    parser.add_argument('--det-backbones', nargs='+', default=list(detection.DET_BACKBONES),
+                        choices=list(detection.DET_BACKBONES),
+                        help='backbones of the detection section')
+    parser.add_argument('--det-size', default='800x1344', help='HxW of the detection section')
+    parser.add_argument('--det-batches', nargs='+', type=int, default=[1, 2],
+                        help='batch sizes of the detection section')
     parser.add_argument('--out', default=osp.join(REPO, 'docs', 'benchmarks.md'))
     args = parser.parse_args(argv)
-    for size in [*args.sizes, args.plugin_size]:
+    sizes = [('--sizes', size) for size in args.sizes]
+    for flag, size in [*sizes, ('--plugin-size', args.plugin_size), ('--det-size', args.det_size)]:
         parts = size.split('x')
         if len(parts) != 2 or not all(p.isdigit() and int(p) >= 32 for p in parts):
-            parser.error(f'--sizes takes HxW with H, W >= 32, got {size!r}')
+            parser.error(f'{flag} takes HxW with H, W >= 32, got {size!r}')
     return args
 
 
@@ -123,7 +142,7 @@ def page_lines(args) -> List[str]:
         'params': params.section_params, 'speed': speed.section_speed,
         'profile': speed.section_profile, 'scaling': lambda a: scaling_lines(a, stem),
         'gpu': lambda a: gpu_lines(a, stem), 'quickstart': quickstart_speed.section_quickstart,
-        'plugins': plugins.section_plugins
+        'plugins': plugins.section_plugins, 'detection': detection.section_detection
     }
     cpu_name = platform.processor() or platform.machine()
     lines = [
