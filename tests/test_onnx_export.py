@@ -54,6 +54,18 @@ def test_backbone_onnx_dynamic(family, tmp_path):
     assert outs[0].shape[0] == 2 and outs[-1].shape[-2:] == (7, 11)
 
 
+def test_windowed_tnt_onnx_dynamic(tmp_path):
+    """TNT's windowed outer attention (issue 27) exports too: windows of 3 leave partial, masked
+    windows at every size, and the graph serves sizes other than the traced one."""
+    model = tiny_backbone('TNT', window_size=3, global_blocks=[1])
+    path = str(tmp_path / 'tnt_windowed.onnx')
+    export_onnx(model, path, EXPORT_SIZE, dynamic=True)
+    session = ort_session(path)
+    torch.manual_seed(1)
+    for batch, size in ((1, EXPORT_SIZE), (2, ODD_SIZE), (1, (33, 47))):
+        compare_with_onnx(model, session, torch.randn(batch, 3, *size), rtol=RTOL, atol=ATOL)
+
+
 def test_nest_symmetric_pool_onnx(tmp_path):
     model = tiny_backbone('NesT', pool_padding='symmetric')
     path = str(tmp_path / 'nest_sym.onnx')

@@ -12,12 +12,13 @@ from timm.models.tnt import checkpoint_filter_fn
 
 from mmhvit.cli import main as mmhvit_command
 from mmhvit.models.backbones import TNT
+from mmhvit.models.backbones.tnt import SentenceAttention
 from mmhvit.models.converters.tnt import (
     convert_tnt_checkpoint,
     detect_tnt_layout,
     timm_to_official,
 )
-from mmhvit.testing import timm_tnt, tiny_arch
+from mmhvit.testing import poison_padding, timm_tnt, tiny_arch
 
 pytestmark = pytest.mark.unit
 TINY = tiny_arch('TNT')
@@ -254,6 +255,143 @@ def test_empty_stages_make_a_vitdet_pyramid_from_one_map():
     assert [tuple(o.shape[-2:]) for o in outs] == [(20, 28), (10, 14), (5, 7), (3, 4)]
     torch.testing.assert_close(outs[2], raw(x)[0])
     torch.testing.assert_close(outs[3], F.max_pool2d(raw(x)[0], 2, 2, ceil_mode=True))
+
+
+# --- windowed outer attention (ViTDet) -----------------------------------------------------------
+# The tiny arch has one block per stage: by default all would stay global.
+WINDOWED = dict(window_size=2, global_blocks=[1])
+
+
+def windowed_pair(arch=TINY, **kwargs):
+    """A global model and the same weights with windowed outer attention."""
+    torch.manual_seed(0)
+    full = tiny(arch=arch, **kwargs).eval()
+    full.init_weights()
+    windowed = tiny(arch=arch, **WINDOWED, **kwargs).eval()
+    windowed.load_state_dict(full.state_dict(), strict=True)
+    return full, windowed
+
+
+def test_window_blocks_and_same_parameters():
+    full = tiny(arch=dict(TINY, depths=[2, 1, 0, 3]))
+    windowed = tiny(arch=dict(TINY, depths=[2, 1, 0, 3]), window_size=2)
+    windows = [b.outer.attn.window_size for stage in windowed.stages for b in stage.blocks]
+    assert windows == [2, None, None, 2, 2, None] and windowed.global_blocks == (1, 2, 5)
+    assert full.global_blocks == tuple(range(6))
+    chosen = tiny(window_size=3, global_blocks=[0, -1])
+    assert [b.outer.attn.window_size for s in chosen.stages for b in s.blocks] == [None, 3, 3, None]
+    assert tiny(window_size=3, global_blocks=()).global_blocks == ()  # all windowed
+    # and back: the windowed model's state dict loads into the global one
+    assert full.load_state_dict(windowed.state_dict(), strict=True).missing_keys == []
+    assert list(full.state_dict()) == list(windowed.state_dict())
+
+
+@pytest.mark.parametrize('out_type', ['pyramid', 'cls_token'])
+@torch.no_grad()
+def test_one_window_over_the_grid_is_the_global_model(out_type):
+    """A window that covers the sentence grid (14 x 14 at 224; 4 x 5 and 13 x 14: one window,
+    clamped to the grid) is global attention: the same outputs, class token and SE included."""
+    arch = dict(TINY, se=True)
+    full, _ = windowed_pair(arch=arch, out_type=out_type)
+    for window in (14, 20):
+        windowed = tiny(arch=arch, out_type=out_type, window_size=window, global_blocks=[1])
+        windowed.eval().load_state_dict(full.state_dict(), strict=True)
+        for size in ((224, 224), (64, 80), (200, 216)):
+            x = torch.randn(2, 3, *size)
+            for a, b in zip(windowed(x), full(x)):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    # smaller windows do change the outputs (the test above is not vacuous)
+    _, small = windowed_pair(arch=arch, out_type=out_type)
+    assert (small(x)[-1] - full(x)[-1]).abs().max() > 1e-4
+
+
+def _masked_reference(attn, x, real, padded, window):
+    """Dense attention with the window structure written as a mask: sentence i sees sentence j
+    iff both are real and in the same window; every real query sees the class token, which
+    sees every real sentence."""
+    rows, cols = torch.meshgrid(torch.arange(padded[0]), torch.arange(padded[1]), indexing='ij')
+    real_ = ((rows < real[0]) & (cols < real[1])).flatten()
+    cell = ((rows // window) * 100 + cols // window).flatten()
+    allowed = (cell[:, None] == cell[None]) & real_[:, None] & real_[None]
+    allowed = torch.cat([real_[None], allowed], dim=0)  # the class token's row
+    allowed = torch.cat([torch.ones(allowed.shape[0], 1, dtype=torch.bool), allowed], dim=1)
+    q, k, v = (t.unflatten(-1, (attn.num_heads, -1)).transpose(1, 2)
+               for t in attn.qkv(x).chunk(3, dim=-1))
+    logits = (q @ k.transpose(-2, -1)) * q.shape[-1]**-0.5
+    out = logits.masked_fill(~allowed, float('-inf')).softmax(-1) @ v
+    return attn.proj(out.transpose(1, 2).flatten(2))
+
+
+@pytest.mark.parametrize('real, padded, window', [((3, 5), (3, 5), 2), ((3, 5), (4, 6), 2),
+                                                   ((5, 7), (6, 8), 3), ((2, 2), (2, 2), 4)])
+@torch.no_grad()
+def test_windowed_attention_equals_the_masked_global_one(real, padded, window):
+    """Partial windows at odd grids, sentences wholly in padding (size_divisor) excluded."""
+    torch.manual_seed(0)
+    attn = SentenceAttention(DIM, 2, True, window_size=window).eval()
+    x = torch.randn(2, 1 + padded[0] * padded[1], DIM)
+    rows = torch.arange(padded[0]) < real[0]
+    valid = (rows[:, None] & (torch.arange(padded[1]) < real[1])[None]).flatten()
+    key_mask = torch.cat([valid.new_ones(1), valid])[None] if real != padded else None
+    got = attn(x, key_mask, grid=(real, padded))
+    expected = _masked_reference(attn, x, real, padded, window)
+    keep = torch.cat([valid.new_ones(1), valid])
+    torch.testing.assert_close(got[:, keep], expected[:, keep], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize('size', [(200, 328), (33, 47), (1, 1)])
+@torch.no_grad()
+def test_windowed_model_at_odd_sizes(size):
+    full, windowed = windowed_pair()
+    x = torch.randn(2, 3, *size)
+    outs = windowed(x)
+    assert [o.shape for o in outs] == [o.shape for o in full(x)]
+    assert [tuple(o.shape[-2:]) for o in outs][-1] == (math.ceil(size[0] / 32),
+                                                      math.ceil(size[1] / 32))
+    assert all(torch.isfinite(o).all() for o in outs)
+
+
+@pytest.mark.parametrize('out_type', ['pyramid', 'cls_token'])
+@torch.no_grad()
+def test_windowed_padding_never_leaks(out_type, monkeypatch):
+    """Whole padded sentences (size_divisor=32 at 208 x 240) and the padding of partial windows
+    (13 x 15 sentences in windows of 2, filled with large values) change no valid output."""
+    torch.manual_seed(0)
+    arch = dict(TINY, se=True)
+    exact = tiny(arch=arch, out_type=out_type, **WINDOWED).eval()
+    padded = tiny(arch=arch, out_type=out_type, size_divisor=32, **WINDOWED).eval()
+    padded.load_state_dict(exact.state_dict())
+    x = torch.randn(2, 3, 208, 240)
+    expected = exact(x)
+    for a, b in zip(expected, padded(x)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    calls = poison_padding(monkeypatch)
+    for a, b in zip(expected, exact(x)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert calls, 'no window was padded: the test would prove nothing'
+
+
+def test_windowed_gradients_and_checkpointing():
+    torch.manual_seed(0)
+    model = tiny(with_cp=True, **WINDOWED).train()
+    x = torch.randn(1, 3, 45, 70)
+    sum(o.sum() for o in model(x)).backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def test_bad_window_arguments():
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(ValueError, match='window_size must be a positive int or None'):
+            tiny(window_size=bad)
+    with pytest.raises(ValueError, match='global_blocks needs window_size'):
+        tiny(global_blocks=[0])
+    with pytest.raises(TypeError, match='global_blocks must be a sequence of block indices'):
+        tiny(window_size=2, global_blocks=3)
+    for bad in ([4], [-5], [1, 1], [0, -4]):
+        with pytest.raises(ValueError, match=r'must name distinct blocks in 0\.\.3'):
+            tiny(window_size=2, global_blocks=bad)
+    with pytest.raises(ValueError, match='needs the sentence grid'):
+        SentenceAttention(DIM, 2, window_size=2)(torch.randn(1, 5, DIM))
 
 
 # --- bad configuration ---------------------------------------------------------------------------
