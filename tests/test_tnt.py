@@ -12,12 +12,12 @@ from timm.models.tnt import checkpoint_filter_fn
 
 from mmhvit.cli import main as mmhvit_command
 from mmhvit.models.backbones import TNT
-from mmhvit.models.backbones.tnt import SentenceAttention
 from mmhvit.models.converters.tnt import (
     convert_tnt_checkpoint,
     detect_tnt_layout,
     timm_to_official,
 )
+from mmhvit.models.layers import ClassTokenWindowAttention
 from mmhvit.testing import poison_padding, timm_tnt, tiny_arch
 
 pytestmark = pytest.mark.unit
@@ -328,7 +328,7 @@ def _masked_reference(attn, x, real, padded, window):
 def test_windowed_attention_equals_the_masked_global_one(real, padded, window):
     """Partial windows at odd grids, sentences wholly in padding (size_divisor) excluded."""
     torch.manual_seed(0)
-    attn = SentenceAttention(DIM, 2, True, window_size=window).eval()
+    attn = ClassTokenWindowAttention(DIM, 2, True, window_size=window).eval()
     x = torch.randn(2, 1 + padded[0] * padded[1], DIM)
     rows = torch.arange(padded[0]) < real[0]
     valid = (rows[:, None] & (torch.arange(padded[1]) < real[1])[None]).flatten()
@@ -390,8 +390,8 @@ def test_bad_window_arguments():
     for bad in ([4], [-5], [1, 1], [0, -4]):
         with pytest.raises(ValueError, match=r'must name distinct blocks in 0\.\.3'):
             tiny(window_size=2, global_blocks=bad)
-    with pytest.raises(ValueError, match='needs the sentence grid'):
-        SentenceAttention(DIM, 2, window_size=2)(torch.randn(1, 5, DIM))
+    with pytest.raises(ValueError, match='needs the token grid'):
+        ClassTokenWindowAttention(DIM, 2, window_size=2)(torch.randn(1, 5, DIM))
 
 
 # --- bad configuration ---------------------------------------------------------------------------

@@ -17,21 +17,17 @@ from ...registry import register_backbone
 from ..converters import convert_tnt_checkpoint, describe_tnt_checkpoint
 from ..layers import (
     BackboneStage,
-    MultiheadSelfAttention,
+    ClassTokenWindowAttention,
+    TokenGrids,
     TransformerLayer,
     build_norm2d,
     build_rescale,
     ceil_div,
     is_exporting,
-    multihead_attention,
     pad_nchw,
-    pad_nhwc,
     padding_to_multiple,
     resize_pos_map,
     trunc_normal_init,
-    window_key_mask,
-    window_partition,
-    window_reverse,
 )
 from .base_backbone import HViTBackbone
 
@@ -68,118 +64,17 @@ class SqueezeExcite(nn.Module):
         return x * self.fc(mean)
 
 
-# (real, padded) sentence grids, rows x columns: what a windowed outer attention lays its windows
-# on (the real grid) and reads its tokens from (the padded one).
-SentenceGrid = Tuple[Tuple[int, int], Tuple[int, int]]
-
-
-class SentenceAttention(MultiheadSelfAttention):
-    """The outer attention over the class token and the sentences (class token first).
-
-    Global (``window_size=None``, the official attention), or ViTDet's windowed form with the same
-    parameters: each sentence attends only to the sentences of its ``window_size`` x
-    ``window_size`` window of the real sentence grid (windows from the top left; the grid is
-    padded to whole windows and the padding masked out of the keys) plus the class token, which
-    every window holds as one more key; the class token itself still attends to every sentence.
-    When one window covers the grid this is the global attention exactly.
-
-    Args:
-        *args: ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop_rate``,
-            ``proj_drop_rate`` (:class:`MultiheadSelfAttention`).
-        window_size (int, optional): Window side in sentences; None: global attention.
-    """
-
-    def __init__(self, *args, window_size: Optional[int] = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.window_size = window_size
-
-    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
-                grid: Optional[SentenceGrid] = None) -> torch.Tensor:
-        """x: (B, 1 + N, C) with N the padded grid's sentences; key_mask: (1, 1 + N), True for
-        real sentences, or None; grid: the sentence grids, needed by the windowed form."""
-        if self.window_size is None:
-            return super().forward(x, key_mask)
-        if grid is None:
-            raise ValueError('a windowed SentenceAttention needs the sentence grid (grid=)')
-        (rows, cols), (padded_rows, padded_cols) = grid
-        batch, channels = x.shape[0], x.shape[-1]
-        win_h, win_w = self._window((rows, cols))
-        pad_h, pad_w = padding_to_multiple(rows, cols, win_h, win_w)
-        windows = self._partition(self.qkv(x), grid, pad_h, pad_w, win_h, win_w)
-        count = windows.shape[0] // batch  # windows per image
-        window_mask, cls_mask = _window_masks(
-            window_key_mask(rows, cols, pad_h, pad_w, win_h, win_w, x.device), count,
-            win_h * win_w, x.device)
-        q, k, v = windows.chunk(3, dim=-1)
-        out = self._attend(q[:, 1:], k, v, window_mask)
-        # The class query of the first window against the keys of all windows: every real
-        # sentence once, and (through cls_mask) one of the copies of the class token's own key.
-        cls_out = self._attend(q.reshape(batch, count, -1, channels)[:, 0, :1],
-                               k.reshape(batch, -1, channels), v.reshape(batch, -1, channels),
-                               cls_mask)
-        out = window_reverse(out, win_h, win_w, rows + pad_h, cols + pad_w)[:, :rows, :cols]
-        # Sentences wholly in the padding (size_divisor) were in no window: their (discarded)
-        # outputs get a zero attention update.
-        out = pad_nhwc(out, padded_rows - rows, padded_cols - cols).flatten(1, 2)
-        return self.proj_drop(self.proj(torch.cat([cls_out, out], dim=1)))
-
-    def _window(self, real: Tuple[int, int]) -> Tuple[int, int]:
-        """A side shorter than the window gets one window of that side: the same result as
-        padding it to a whole window with masked keys (as NesT's blocks), without the wasted
-        tokens; while exporting, always whole windows (no branch on traced sizes)."""
-        if is_exporting():
-            return self.window_size, self.window_size
-        return min(self.window_size, real[0]), min(self.window_size, real[1])
-
-    @staticmethod
-    def _partition(qkv: torch.Tensor, grid: SentenceGrid, pad_h, pad_w, win_h: int,
-                   win_w: int) -> torch.Tensor:
-        """(B, 1 + N, 3C) -> (B * windows, 1 + win_h * win_w, 3C): the windows of the real grid,
-        each led by the class token.
-
-        One tensor holds the windows' queries, keys and values with the class token's: attention
-        then saves views of it for the backward pass, and no other copy of them stays alive.
-        """
-        (rows, cols), padded = grid
-        sentences = qkv[:, 1:].reshape(qkv.shape[0], *padded, -1)[:, :rows, :cols]
-        windows = window_partition(pad_nhwc(sentences, pad_h, pad_w), win_h, win_w)
-        count = windows.shape[0] // qkv.shape[0]
-        cls = qkv[:, :1, None].expand(-1, count, -1, -1).reshape(-1, 1, qkv.shape[-1])
-        return torch.cat([cls, windows], dim=1)
-
-    def _attend(self, q, k, v, key_mask):
-        return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
-                                   dropout_p=self.attn_drop_rate if self.training else 0.,
-                                   kernel=self.attn_kernel)
-
-
-def _window_masks(valid: Optional[torch.Tensor], count, tokens: int,
-                  device: torch.device) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """Key masks of the windows, (count, 1 + tokens), and of the class query over all windows'
-    keys, (1, count * (1 + tokens)), from ``valid`` (:func:`window_key_mask`'s, None: no
-    padding). None where no key is masked, which keeps SDPA's unmasked fast path."""
-    padded = valid is not None
-    if not padded:
-        if count == 1:
-            return None, None
-        valid = torch.ones(count, tokens, dtype=torch.bool, device=device)
-    # The class token leads every window; its query keeps one copy of its key (the first
-    # window's), so that its softmax is the global one.
-    first = (torch.arange(valid.shape[0], device=device) == 0)[:, None]
-    window_mask = torch.cat([torch.ones_like(first), valid], dim=1) if padded else None
-    return window_mask, torch.cat([first, valid], dim=1).reshape(1, -1)
-
-
 class SentenceLayer(TransformerLayer):
     """The outer transformer layer, with TNT's optional squeeze-excitation of its MLP output and
-    the optional windows of its attention (:class:`SentenceAttention`). The SE's mean stays
-    global in windowed layers: it is one O(N) average, not attention."""
+    the optional windows of its attention (:class:`ClassTokenWindowAttention`, the class token
+    global). The SE's mean stays global in windowed layers: it is one O(N) average, not
+    attention."""
 
     def __init__(self, embed_dims: int, num_heads: int, se: bool = False,
                  window_size: Optional[int] = None, qkv_bias: bool = False,
                  drop_rate: float = 0., attn_drop_rate: float = 0., **kwargs):
-        attn = SentenceAttention(embed_dims, num_heads, qkv_bias, attn_drop_rate, drop_rate,
-                                 window_size=window_size)
+        attn = ClassTokenWindowAttention(embed_dims, num_heads, qkv_bias, attn_drop_rate,
+                                         drop_rate, window_size=window_size)
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, drop_rate=drop_rate,
                          attn_drop_rate=attn_drop_rate, attn=attn, **kwargs)
         self.se = SqueezeExcite(self.norm2.normalized_shape[0]) if se else None
@@ -225,8 +120,8 @@ class TNTBlock(nn.Module):
         se (bool): Squeeze-excitation on the outer MLP output (TNT-S+SE).
         legacy (bool): The older word-to-sentence layout (see :class:`WordsToSentence`).
         num_words (int): Words per sentence.
-        window_size (int, optional): Windows of the outer attention (:class:`SentenceAttention`);
-            None: global.
+        window_size (int, optional): Windows of the outer attention
+            (:class:`ClassTokenWindowAttention`); None: global.
         **layer_kwargs: ``mlp_ratio``, ``qkv_bias``, ``drop_rate``, ``attn_drop_rate``,
             ``drop_path_rate``, ``norm_cfg``, ``act_cfg`` of both transformer layers.
     """
@@ -243,7 +138,7 @@ class TNTBlock(nn.Module):
 
     def forward(self, words: torch.Tensor, sentences: torch.Tensor,
                 key_mask: Optional[torch.Tensor] = None,
-                grid: Optional[SentenceGrid] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                grid: Optional[TokenGrids] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """words: (B * N, 16, c), every sentence of every image in one batch; sentences:
         (B, 1 + N, d); key_mask: (1, 1 + N), True for real sentences, or None when none is
         padding; grid: the real and padded sentence grids (needed by windowed blocks)."""
@@ -344,7 +239,7 @@ class TNTStage(BackboneStage):
         self.norm = norm
 
     def forward(self, words: torch.Tensor, sentences: torch.Tensor,
-                key_mask: Optional[torch.Tensor] = None, grid: Optional[SentenceGrid] = None):
+                key_mask: Optional[torch.Tensor] = None, grid: Optional[TokenGrids] = None):
         for block in self.blocks:
             words, sentences = self.run_block(block, words, sentences, key_mask, grid)
         if self.norm is not None:
@@ -462,7 +357,8 @@ class TNT(HViTBackbone):
                  global_blocks: Optional[Sequence[int]] = None,
                  **kwargs):
         _check_windows(window_size, global_blocks)
-        self.window_size, self.global_blocks = window_size, global_blocks
+        # Resolved against the arch's depths (_resolve_global_blocks) when the blocks are built.
+        self.window_size, self._requested_global_blocks = window_size, global_blocks
         if out_type not in OUT_TYPES:
             raise ValueError(f'TNT: out_type must be one of {OUT_TYPES}, got {out_type!r}')
         for name, value in (('final_norm', final_norm), ('legacy', legacy)):
@@ -517,19 +413,21 @@ class TNT(HViTBackbone):
     def _build_layers(self) -> None:
         s = self.arch_settings
         self._check_sizes()
+        self.global_blocks = _resolve_global_blocks(self.window_size,
+                                                    self._requested_global_blocks, s['depths'])
         self.stage_channels = (s['embed_dims'], ) * self.num_stages
         self.patch_embed = TNTEmbed(self.in_channels, s['inner_dims'], s['embed_dims'],
                                     self.pos_grid, self.norm_cfg, self.drop_rate, self.legacy,
                                     s['patch_size'], s['word_size'])
         num_words = (s['patch_size'] // s['word_size'])**2
         last_stage = max(i for i, depth in enumerate(s['depths']) if depth)
-        windows = self._block_windows(s['depths'])
         for i, rates in enumerate(self.drop_path_schedule(s['depths'])[:self.num_built_stages]):
             first = sum(s['depths'][:i])
             blocks = [
                 TNTBlock(s['inner_dims'], s['embed_dims'], s['inner_num_heads'], s['num_heads'],
                          se=s['se'], legacy=self.legacy, num_words=num_words,
-                         window_size=windows[first + j], mlp_ratio=s['mlp_ratio'],
+                         window_size=(None if first + j in self.global_blocks else
+                                      self.window_size), mlp_ratio=s['mlp_ratio'],
                          qkv_bias=self.qkv_bias, drop_rate=self.drop_rate,
                          attn_drop_rate=self.attn_drop_rate, drop_path_rate=rate,
                          norm_cfg=self.norm_cfg, act_cfg=self.act_cfg)
@@ -544,25 +442,6 @@ class TNT(HViTBackbone):
             norm = (build_norm_layer(self.norm_cfg, s['embed_dims'])[1]
                     if self.final_norm and i == last_stage else None)
             self.stages.append(TNTStage(blocks, out_norm, out_proj, norm))
-
-    def _block_windows(self, depths: List[int]) -> List[Optional[int]]:
-        """The window size of every block (None: global); sets ``global_blocks`` to the indices
-        of the global blocks, normalised (sorted, non-negative)."""
-        total = sum(depths)
-        if self.window_size is None:
-            self.global_blocks = tuple(range(total))
-            return [None] * total
-        if self.global_blocks is None:
-            # ViTDet keeps 4 evenly spaced global blocks of 12: here, the last of each stage.
-            ends = [sum(depths[:i + 1]) - 1 for i, depth in enumerate(depths) if depth]
-            self.global_blocks = tuple(ends)
-        else:
-            indices = [i + total if i < 0 else i for i in self.global_blocks]
-            if any(not 0 <= i < total for i in indices) or len(set(indices)) != len(indices):
-                raise ValueError(f'TNT: global_blocks {tuple(self.global_blocks)} must name '
-                                 f'distinct blocks in 0..{total - 1}')
-            self.global_blocks = tuple(sorted(indices))
-        return [None if i in self.global_blocks else self.window_size for i in range(total)]
 
     def init_default_weights(self) -> None:
         """The official initialisation: truncated normal (std .02) for tokens and linears."""
@@ -636,7 +515,7 @@ class TNT(HViTBackbone):
 
 
 def _check_windows(window_size, global_blocks) -> None:
-    """Types of the window arguments (their range needs the arch: ``TNT._block_windows``)."""
+    """Types of the window arguments (:func:`_resolve_global_blocks` checks their range)."""
     if window_size is not None and (isinstance(window_size, bool)
                                     or not isinstance(window_size, int) or window_size < 1):
         raise ValueError(f'TNT: window_size must be a positive int or None, got {window_size!r}')
@@ -649,6 +528,30 @@ def _check_windows(window_size, global_blocks) -> None:
             isinstance(i, int) and not isinstance(i, bool) for i in global_blocks):
         raise TypeError(f'TNT: global_blocks must be a sequence of block indices, got '
                         f'{global_blocks!r}')
+
+
+def _resolve_global_blocks(window_size: Optional[int], global_blocks: Optional[Sequence[int]],
+                           depths: Sequence[int]) -> Tuple[int, ...]:
+    """The blocks with global outer attention, sorted and non-negative (0-based over all
+    ``sum(depths)`` blocks), from TNT's checked (:func:`_check_windows`) window arguments.
+
+    Without ``window_size`` every block is global; ``global_blocks=None`` means the last block of
+    every stage that has blocks (ViTDet keeps 4 evenly spaced global blocks of 12); negative
+    indices count from the end.
+
+    Raises:
+        ValueError: ``global_blocks`` names a block twice or one that does not exist.
+    """
+    total = sum(depths)
+    if window_size is None:
+        return tuple(range(total))
+    if global_blocks is None:
+        return tuple(sum(depths[:i + 1]) - 1 for i, depth in enumerate(depths) if depth)
+    indices = [i + total if i < 0 else i for i in global_blocks]
+    if any(not 0 <= i < total for i in indices) or len(set(indices)) != len(indices):
+        raise ValueError(f'TNT: global_blocks {tuple(global_blocks)} must name distinct blocks in '
+                         f'0..{total - 1}')
+    return tuple(sorted(indices))
 
 
 def _is_power_of_two(value) -> bool:

@@ -14,10 +14,17 @@ from .pooling import pool_cells
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
 from .stage import BackboneStage
-from .transformer import MultiheadSelfAttention, ReducedAttention, TransformerLayer
+from .transformer import (
+                          ClassTokenWindowAttention,
+                          MultiheadSelfAttention,
+                          ReducedAttention,
+                          TokenGrids,
+                          TransformerLayer,
+)
 from .weight_init import trunc_normal_init
 from .windows import (
                         ceil_div,
+                        cls_window_key_masks,
                         pad_nchw,
                         pad_nhwc,
                         padding_to_multiple,
@@ -32,7 +39,7 @@ __all__ = [
     'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
     'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',
-    'TransformerLayer',
+    'ClassTokenWindowAttention', 'TokenGrids', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
-    'window_key_mask', 'is_exporting', 'ceil_div', 'trunc_normal_init'
+    'window_key_mask', 'cls_window_key_masks', 'is_exporting', 'ceil_div', 'trunc_normal_init'
 ]

@@ -7,9 +7,22 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
+from .export import is_exporting
 from .hmhsa import pool_cells
 from .mlp import Mlp
 from .pos_embed import AttnBiasRows
+from .windows import (
+    cls_window_key_masks,
+    pad_nhwc,
+    padding_to_multiple,
+    window_key_mask,
+    window_partition,
+    window_reverse,
+)
+
+# (real, padded) token grids, each (rows, columns): a windowed attention lays its windows on the
+# real grid and reads its tokens, row-major, from the padded one.
+TokenGrids = Tuple[Tuple[int, int], Tuple[int, int]]
 
 
 class MultiheadSelfAttention(nn.Module):
@@ -38,10 +51,99 @@ class MultiheadSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         q, k, v = self.qkv(x).chunk(3, dim=-1)
-        x = multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
-                                dropout_p=self.attn_drop_rate if self.training else 0.,
-                                kernel=self.attn_kernel)
-        return self.proj_drop(self.proj(x))
+        return self.proj_drop(self.proj(self._attend(q, k, v, key_mask)))
+
+    def _attend(self, q, k, v, key_mask):
+        return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
+                                   dropout_p=self.attn_drop_rate if self.training else 0.,
+                                   kernel=self.attn_kernel)
+
+
+class ClassTokenWindowAttention(MultiheadSelfAttention):
+    """Self-attention of a class token and a grid of tokens, optionally in windows (ViTDet's).
+
+    With ``window_size`` set, each grid token attends only to the tokens of its ``window_size``
+    x ``window_size`` window (windows tile the real grid from the top left) and to the class
+    token, while the class token still attends to every token. The parameters are those of the
+    global attention (state dicts load both ways), and the class token keeps a view of the whole
+    grid: every window holds it as one more key, so it stays in every token's context and is
+    updated in every layer, at the price of one query and one key per window. Partial windows at
+    the bottom / right are padded and the padding masked out of the keys, so the valid outputs do
+    not depend on it; a grid side shorter than the window gets one window of that side (the same
+    result without the wasted tokens). When one window covers the grid, this is global attention.
+    Without ``window_size`` it is :class:`MultiheadSelfAttention`, the class token included.
+
+    Args:
+        *args: ``embed_dims``, ``num_heads``, ``qkv_bias``, ``attn_drop_rate``,
+            ``proj_drop_rate`` (:class:`MultiheadSelfAttention`).
+        window_size (int, optional): Window side in tokens; None: global attention.
+    """
+
+    def __init__(self, *args, window_size: Optional[int] = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.window_size = window_size
+
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                grid: Optional[TokenGrids] = None) -> torch.Tensor:
+        """Attend; the output has the input's layout.
+
+        Args:
+            x (Tensor): (B, 1 + N, C), the class token, then the N tokens of the padded grid.
+            key_mask (Tensor, optional): Bool (1, 1 + N), True for real tokens; None: all real.
+            grid (tuple): The real and padded grids (:data:`TokenGrids`); needed with windows.
+
+        Returns:
+            Tensor: (B, 1 + N, C); tokens outside the real grid get a zero attention update.
+        """
+        if self.window_size is None:
+            return super().forward(x, key_mask)
+        if grid is None:
+            raise ValueError(f'a windowed {type(self).__name__} needs the token grid (grid=)')
+        (rows, cols), (padded_rows, padded_cols) = grid
+        batch, channels = x.shape[0], x.shape[-1]
+        win_h, win_w = self._window((rows, cols))
+        pad_h, pad_w = padding_to_multiple(rows, cols, win_h, win_w)
+        windows = self._partition(self.qkv(x), grid, pad_h, pad_w, win_h, win_w)
+        count = windows.shape[0] // batch  # windows per image
+        window_mask, cls_mask = cls_window_key_masks(
+            window_key_mask(rows, cols, pad_h, pad_w, win_h, win_w, x.device), count,
+            win_h * win_w, x.device)
+        q, k, v = windows.chunk(3, dim=-1)
+        out = self._attend(q[:, 1:], k, v, window_mask)
+        # The class query of the first window against the keys of all windows: every real
+        # token once, and (through cls_mask) one of the copies of the class token's own key.
+        cls_out = self._attend(q.reshape(batch, count, -1, channels)[:, 0, :1],
+                               k.reshape(batch, -1, channels), v.reshape(batch, -1, channels),
+                               cls_mask)
+        out = window_reverse(out, win_h, win_w, rows + pad_h, cols + pad_w)[:, :rows, :cols]
+        # Tokens wholly outside the real grid (padded by the caller) were in no window: their
+        # (discarded) outputs get a zero attention update.
+        out = pad_nhwc(out, padded_rows - rows, padded_cols - cols).flatten(1, 2)
+        return self.proj_drop(self.proj(torch.cat([cls_out, out], dim=1)))
+
+    def _window(self, real: Tuple[int, int]) -> Tuple[int, int]:
+        """A side shorter than the window gets one window of that side: the same result as
+        padding it to a whole window with masked keys, without the wasted tokens; while
+        exporting, always whole windows (no branch on traced sizes)."""
+        if is_exporting():
+            return self.window_size, self.window_size
+        return min(self.window_size, real[0]), min(self.window_size, real[1])
+
+    @staticmethod
+    def _partition(qkv: torch.Tensor, grid: TokenGrids, pad_h, pad_w, win_h: int,
+                   win_w: int) -> torch.Tensor:
+        """(B, 1 + N, 3C) -> (B * windows, 1 + win_h * win_w, 3C): the windows of the real grid,
+        each led by the class token.
+
+        One tensor holds the windows' queries, keys and values with the class token's: attention
+        then saves views of it for the backward pass, and no other copy of them stays alive.
+        """
+        (rows, cols), padded = grid
+        tokens = qkv[:, 1:].reshape(qkv.shape[0], *padded, -1)[:, :rows, :cols]
+        windows = window_partition(pad_nhwc(tokens, pad_h, pad_w), win_h, win_w)
+        count = windows.shape[0] // qkv.shape[0]
+        cls = qkv[:, :1, None].expand(-1, count, -1, -1).reshape(-1, 1, qkv.shape[-1])
+        return torch.cat([cls, windows], dim=1)
 
 
 class ReducedAttention(nn.Module):

@@ -76,3 +76,35 @@ def window_key_mask(height: int, width: int, pad_h: int, pad_w: int, win_h: int,
     valid = torch.zeros(1, height + pad_h, width + pad_w, 1, dtype=torch.bool, device=device)
     valid[:, :height, :width] = True
     return window_partition(valid, win_h, win_w).squeeze(-1)
+
+
+def cls_window_key_masks(valid: Optional[torch.Tensor], count: int, tokens: int,
+                         device: torch.device
+                         ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """Key masks of windows that each start with a copy of one class token.
+
+    A class token that stays global in windowed attention is one more key of every window, and
+    its own query attends to the keys of all windows at once. That query must see each real
+    token once and its own key once: of the ``count`` copies of the class key it keeps the first
+    window's, so that its softmax is the global one.
+
+    Args:
+        valid (Tensor, optional): Bool (count, tokens), True for real window tokens
+            (:func:`window_key_mask`'s); None: no padding.
+        count (int): Windows per image.
+        tokens (int): Tokens per window, the class token not counted.
+        device (torch.device): Where the masks are made.
+
+    Returns:
+        tuple: The windows' key mask, bool (count, 1 + tokens), and the class query's over all
+        windows' keys, bool (1, count * (1 + tokens)); each None where no key is masked, which
+        keeps SDPA's unmasked fast path.
+    """
+    padded = valid is not None
+    if not padded:
+        if count == 1:
+            return None, None
+        valid = torch.ones(count, tokens, dtype=torch.bool, device=device)
+    first = (torch.arange(valid.shape[0], device=device) == 0)[:, None]
+    window_mask = torch.cat([torch.ones_like(first), valid], dim=1) if padded else None
+    return window_mask, torch.cat([first, valid], dim=1).reshape(1, -1)
