@@ -8,8 +8,8 @@ from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
 from .export import is_exporting
-from .hmhsa import pool_cells
 from .mlp import Mlp
+from .pooling import pool_cells
 from .pos_embed import AttnBiasRows
 from .windows import (
     cls_window_key_masks,
