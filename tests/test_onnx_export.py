@@ -4,7 +4,8 @@ quickstart RetinaNet: the deployed graph gives PyTorch's numbers at sizes other 
 import os
 import os.path as osp
 
-import onnx  # noqa: F401  (a pinned test requirement: no silent skip)
+import numpy as np
+import onnx  # (a pinned test requirement: no silent skip)
 import onnxruntime  # noqa: F401
 import pytest
 import torch
@@ -12,7 +13,12 @@ import torch.nn.functional as F
 from conftest import REPO, run_tool
 from mmengine.registry import MODELS
 
-from mmhvit.models.layers import pool_cells, window_key_mask
+from mmhvit.models.layers import (
+    export_attention_chunk,
+    multihead_attention,
+    pool_cells,
+    window_key_mask,
+)
 from mmhvit.testing import TINY_ARCHS
 from mmhvit.utils.export import (
     build_export_model,
@@ -86,11 +92,88 @@ def test_retinanet_tensor_mode_onnx(tmp_path):
         compare_with_onnx(model, session, torch.randn(1, 3, *size), rtol=RTOL, atol=ATOL)
 
 
+# --- attention in query chunks (issue 27: TNT-S at 800 x 1344 without 4,201^2 logits a head) --
+# (family, queries per chunk): TNT's sentences (197 at 224 x 224, 274 at 200 x 328, key-masked)
+# and its 16 words, NesT's 16-token blocks (key-masked), PyramidTNT's 784 / 1025 stage-1
+# sentences (a learned bias): several chunks and a ragged last one everywhere.
+CHUNKED = [('TNT', 7), ('NesT', 7), ('PyramidTNT', 37)]
+
+
+def onnx_nodes(graph, inside=()):
+    """(op_type, the op types of the nodes it is nested in) of every node, subgraphs included."""
+    for node in graph.node:
+        yield node.op_type, inside
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from onnx_nodes(attr.g, inside + (node.op_type, ))
+
+
+@pytest.mark.parametrize('family,chunk', CHUNKED)
+def test_chunked_attention_export_equals_whole(family, chunk, tmp_path):
+    model = tiny_backbone(family)
+    whole, chunked = str(tmp_path / 'whole.onnx'), str(tmp_path / 'chunked.onnx')
+    export_onnx(model, whole, EXPORT_SIZE, dynamic=True)
+    export_onnx(model, chunked, EXPORT_SIZE, dynamic=True, attn_chunk=chunk)
+    sessions = ort_session(whole), ort_session(chunked)
+    torch.manual_seed(1)
+    for batch, size in ((1, EXPORT_SIZE), (2, ODD_SIZE)):
+        x = torch.randn(batch, 3, *size)
+        compare_with_onnx(model, sessions[1], x, rtol=RTOL, atol=ATOL)
+        expected, actual = (s.run(None, {'input': x.numpy()}) for s in sessions)
+        for got, want in zip(actual, expected):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # Every softmax of the chunked graph (none of the whole one) sits in an If: in its loop body
+    # for more queries than the chunk, so no (all queries x keys) logits exist at once.
+    nodes = list(onnx_nodes(onnx.load(chunked).graph))
+    softmax = [inside for op, inside in nodes if op == 'Softmax']
+    assert softmax and all(inside[0] == 'If' for inside in softmax)
+    loops = [inside for inside in softmax if inside == ('If', 'Loop')]
+    assert len(loops) == len(softmax) / 2 == sum(op == 'Loop' for op, _ in nodes)
+    whole_nodes = list(onnx_nodes(onnx.load(whole).graph))
+    assert all(not inside for op, inside in whole_nodes if op == 'Softmax')
+    assert 'Loop' not in {op for op, _ in whole_nodes}
+
+
+@pytest.mark.parametrize('bias_rows', ['queries', 'one', None])
+def test_chunked_attention_exported_form(bias_rows, tmp_path):
+    """Query chunks of 5 against the eager attention at query counts below, at and above the
+    chunk, whole and ragged: a key mask (shared by 2 groups) and a bias by query row or
+    broadcast over the queries."""
+    def attention(x):
+        tokens = x.shape[1]
+        bias = None
+        if bias_rows:
+            bias = x[:1, None, :, :1] * x[:1, None, None, :, 1] * 0.5
+            bias = torch.cat([bias, -bias], dim=1)  # (1, 2 heads, tokens, tokens)
+            bias = bias[:, :, :1] if bias_rows == 'one' else bias
+        key_mask = (torch.arange(tokens) % 3 != 1) & (torch.arange(2)[:, None] < 1 + tokens % 2)
+        return multihead_attention(x, x * 2, x + 1, 2, key_mask=key_mask, attn_bias=bias)
+
+    with export_attention_chunk(5):
+        exported = onnx_function(attention, torch.randn(4, 12, 8), tmp_path / 'chunks.onnx')
+    for tokens in (3, 5, 10, 12, 13, 31):
+        x = torch.randn(4, tokens, 8)
+        torch.testing.assert_close(exported(x), attention(x), rtol=1e-5, atol=1e-6)
+
+
+def test_export_attention_chunk_option():
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match='positive int'):
+            with export_attention_chunk(bad):
+                pass
+    x = torch.randn(1, 9, 4)
+    eager = multihead_attention(x, x, x, 2)
+    with export_attention_chunk(2):  # not exporting: the eager attention, bit for bit
+        assert torch.equal(multihead_attention(x, x, x, 2), eager)
+
+
 def test_pytorch2onnx_tool(tmp_path):
     out = tmp_path / 'transcnn_backbone.onnx'
     log = run_tool('tools/deployment/pytorch2onnx.py', RETINANET, '--shape', '64', '96',
-                   '--dynamic', '--backbone-only', '--verify', '--out', str(out))
+                   '--dynamic', '--backbone-only', '--attn-chunk', '16', '--verify', '--out',
+                   str(out))
     assert out.is_file()
+    assert 'attention in chunks of 16 queries' in log, log[-2000:]
     assert 'Exported backbone' in log and 'at 87x135: max abs diff' in log, log[-2000:]
 
 

@@ -4,7 +4,8 @@ The TorchScript exporter (``torch.onnx.export(..., dynamo=False)``) traces the m
 does, the layers of :mod:`mmhvit.models.layers` take export-friendly forms (no branch on sizes,
 matmul attention with an additive finite mask, no ceil-mode pooling; see
 :func:`mmhvit.models.layers.is_exporting`), so one graph with dynamic batch, height and width
-gives the eager model's numbers at every input size.
+gives the eager model's numbers at every input size. ``export_onnx(..., attn_chunk=N)`` also
+bounds the attention logits that exist at once (query chunks in an ONNX ``Loop``).
 """
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -16,6 +17,8 @@ from mmengine.config import Config
 from mmengine.registry import MODELS, init_default_scope
 from mmengine.runner import load_checkpoint
 from mmengine.structures import InstanceData
+
+from mmhvit.models.layers import export_attention_chunk
 
 OPSET = 17
 DYNAMIC_AXES = {0: 'batch', 2: 'height', 3: 'width'}
@@ -82,9 +85,14 @@ def flatten_outputs(outputs) -> List[torch.Tensor]:
 
 
 def export_onnx(module: nn.Module, path: str, shape: Sequence[int], dynamic: bool = True,
-                batch: int = 1, opset: int = OPSET) -> Dict[str, object]:
+                batch: int = 1, opset: int = OPSET,
+                attn_chunk: Optional[int] = None) -> Dict[str, object]:
     """Export ``module`` (NCHW image in, nested tensors out) to ``path``; returns the output
-    names and the export time in seconds."""
+    names and the export time in seconds.
+
+    ``attn_chunk``: attention of more queries than this runs in chunks of that many queries (an
+    ONNX ``Loop``, :func:`~mmhvit.models.layers.export_attention_chunk`); None: whole.
+    """
     if dynamic:
         check_dynamic_export(module)
     height, width = shape
@@ -96,7 +104,7 @@ def export_onnx(module: nn.Module, path: str, shape: Sequence[int], dynamic: boo
     if dynamic:
         dynamic_axes = {'input': DYNAMIC_AXES, **{name: DYNAMIC_AXES for name in output_names}}
     start = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), export_attention_chunk(attn_chunk):
         torch.onnx.export(module, (example, ), path, opset_version=opset, dynamo=False,
                           input_names=['input'], output_names=output_names,
                           dynamic_axes=dynamic_axes, do_constant_folding=True)

@@ -1,15 +1,18 @@
 """Deployed backbones: ONNX export, ONNX Runtime and torch.compile against eager PyTorch.
 
     python tools/deployment/benchmark_onnx.py [--configs configs/transcnn_b_in1k.py ...]
-        [--sizes 224x224 800x1344] [--compile-sizes 224x224] [--repeats 5] [--threads 2]
-        [--out FILE]
+        [--sizes 224x224 800x1344] [--compile-sizes 224x224] [--attn-chunk 0 256 ...]
+        [--repeats 5] [--threads 2] [--out FILE]
 
 Each config's backbone (random weights, all four outputs, batch 1) is exported with dynamic axes
 at 224 x 224 (TorchScript exporter, opset 17); the export time and file size are recorded, then
 ONNX Runtime (CPU) and eager PyTorch are timed at every size, alternating A/B, medians of
 ``--repeats`` runs after one warm-up each, with the max abs difference of the outputs. Eager and
 ``torch.compile`` (inductor) are timed the same way at ``--compile-sizes`` (the first compiled
-call, which compiles, is reported apart). Prints a Markdown table (and writes it to ``--out``).
+call, which compiles, is reported apart). ``--attn-chunk`` exports once per value, 0 with whole
+attention (the default), N > 0 with attention in chunks of at most N queries (an ONNX ``Loop``,
+``pytorch2onnx.py --attn-chunk``); each export is timed against eager. Prints a Markdown table
+(and writes it to ``--out``).
 """
 import argparse
 import functools
@@ -65,13 +68,16 @@ def timed_row(cells: str, eager, other, diff: float, repeats: int) -> str:
     return row
 
 
-def onnx_rows(model, name: str, args, tmp: str) -> List[str]:
-    """Eager vs ONNX Runtime (one dynamic export) at each of ``args.sizes``."""
-    path = osp.join(tmp, f'{name}.onnx')
-    info = export_onnx(model, path, (224, 224), dynamic=True)
+def onnx_rows(model, name: str, args, tmp: str, chunk: int = 0) -> List[str]:
+    """Eager vs ONNX Runtime (one dynamic export, attention in chunks of ``chunk`` queries
+    unless 0) at each of ``args.sizes``."""
+    path = osp.join(tmp, f'{name}_chunk{chunk}.onnx')
+    info = export_onnx(model, path, (224, 224), dynamic=True, attn_chunk=chunk or None)
     size_mb = osp.getsize(path) / 2**20
     session = ort_session(path, threads=args.threads)
-    print(f'{name}: exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB', flush=True)
+    runtime = f'ONNX Runtime, attention chunk {chunk}' if chunk else 'ONNX Runtime'
+    print(f'{name} ({runtime}): exported in {info["seconds"]:.1f} s, {size_mb:.1f} MiB',
+          flush=True)
     rows = []
     for text in args.sizes:
         x = torch.randn(1, 3, *parse_size(text))
@@ -79,7 +85,7 @@ def onnx_rows(model, name: str, args, tmp: str) -> List[str]:
         onnx = functools.partial(session.run, None, {'input': x.numpy()})
         diff = max(float(np.abs(a.numpy() - b).max())
                    for a, b in zip(flatten_outputs(eager()), onnx()))
-        rows.append(timed_row(f'{name} | ONNX Runtime | {text} | {info["seconds"]:.1f} | '
+        rows.append(timed_row(f'{name} | {runtime} | {text} | {info["seconds"]:.1f} | '
                               f'{size_mb:.1f}', eager, onnx, diff, args.repeats))
     return rows
 
@@ -111,11 +117,17 @@ def main(argv=None):
     parser.add_argument('--sizes', nargs='*', default=['224x224', '800x1344'],
                         help='ONNX Runtime sizes (none: no export, torch.compile only)')
     parser.add_argument('--compile-sizes', nargs='*', default=['224x224'])
+    parser.add_argument('--attn-chunk', type=int, nargs='+', default=[0], metavar='N',
+                        help='one export per value: 0 whole attention, N attention in chunks of '
+                        'at most N queries (an ONNX Loop)')
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2)
     parser.add_argument('--out')
     add_debug_argument(parser)
     args = parser.parse_args(argv)
+    if min(args.attn_chunk) < 0:
+        raise ValueError(f'--attn-chunk takes 0 (whole attention) or positive values, got '
+                         f'{args.attn_chunk}')
     torch.set_num_threads(args.threads)
 
     rows = []
@@ -123,8 +135,8 @@ def main(argv=None):
     for config in args.configs:
         model = build_backbone(config)
         name = osp.splitext(osp.basename(config))[0].replace('_in1k', '')
-        if args.sizes:
-            rows += onnx_rows(model, name, args, tmp)
+        for chunk in args.attn_chunk if args.sizes else ():
+            rows += onnx_rows(model, name, args, tmp, chunk)
         rows += compile_rows(model, name, args)
     table = '\n'.join([
         '| backbone | runtime | input | export / compile s | ONNX MiB | eager ms | runtime ms | '

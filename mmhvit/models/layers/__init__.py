@@ -1,6 +1,7 @@
 from .activation import build_inplace_activation
 from .attention import (
                         ATTENTION_KERNELS,
+                        export_attention_chunk,
                         merge_heads,
                         multihead_attention,
                         set_attention_kernel,
@@ -35,7 +36,8 @@ from .windows import (
 
 __all__ = [
     'build_inplace_activation',
-    'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'split_heads',
+    'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'export_attention_chunk',
+    'split_heads',
     'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
     'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',

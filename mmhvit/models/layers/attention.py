@@ -1,5 +1,8 @@
 """Multi-head attention on token groups (windows, blocks, sentences, whole images)."""
-from typing import Optional
+import contextlib
+import functools
+import warnings
+from typing import Iterator, List, Optional
 
 import torch
 import torch.nn as nn
@@ -12,6 +15,8 @@ ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # TransCNN's 8x8 windows: 1.2-1.6x faster on x86 with torch 2.14; measured by
 # tools/analysis_tools/benchmark.py). GPUs always take SDPA's fused kernels.
 CPU_SHORT_SEQUENCE = 64
+# Queries per chunk of exported attention; None: whole (see export_attention_chunk).
+_export_chunk: Optional[int] = None
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -50,7 +55,9 @@ def multihead_attention(q: torch.Tensor,
         kernel (str): ``'sdpa'`` (``scaled_dot_product_attention``), ``'matmul'`` (its maths
             written out) or ``'auto'``: matmul for short CPU sequences, where it is faster.
             While exporting (:func:`is_exporting`) every kernel becomes plain matmul attention
-            with an additive finite mask, the form ONNX runtimes and MMDeploy rewrites handle.
+            with an additive finite mask, the form ONNX runtimes and MMDeploy rewrites handle;
+            under :func:`export_attention_chunk`, an ONNX ``Loop`` over query chunks where the
+            queries outnumber the chunk.
         attn_bias (Tensor, optional): A float bias added to the logits, broadcastable to
             (B, heads, Nq, Nk): a learned position bias (PyramidTNT's ``relative_pos``). It
             takes the logits' dtype (the projections' under autocast).
@@ -94,14 +101,74 @@ EXPORT_MASK_VALUE = -1e4
 
 def _export_attention(q, k, v, attn_mask, scale, attn_bias=None):
     """Attention for traced / exported graphs: matmul, softmax, an additive finite mask, no
-    dropout (export is inference)."""
-    scale = q.shape[-1]**-0.5 if scale is None else scale
-    logits = (q * scale) @ k.transpose(-2, -1)
+    dropout (export is inference); in query chunks under :func:`export_attention_chunk`."""
+    scale = q.shape[-1]**-0.5 if scale is None else scale  # traced: a tensor of the head size
+    if not isinstance(scale, torch.Tensor):
+        scale = q.new_full((), scale)  # a given scale (TorchScript takes one type)
+    key_bias = None if attn_mask is None else (~attn_mask).to(q.dtype) * EXPORT_MASK_VALUE
+    chunk = _export_chunk
+    if chunk is None:
+        return _additive_attention(q, k, v, scale, attn_bias, key_bias, attn_bias is not None,
+                                   key_bias is not None)
     if attn_bias is not None:
+        attn_bias = attn_bias[(None, ) * (4 - attn_bias.dim())]  # 4-D: rows on axis 2
+    # TorchScript takes no None for a Tensor: an unused placeholder, dropped from the graph (the
+    # has_* flags are constants of the trace, and the exporter folds the branches on them).
+    unused = q.new_zeros(())
+    return _scripted_query_chunks()(q, k, v, scale,
+                                    unused if attn_bias is None else attn_bias,
+                                    unused if key_bias is None else key_bias,
+                                    attn_bias is not None, key_bias is not None, chunk)
+
+
+def _additive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: torch.Tensor,
+                        attn_bias: Optional[torch.Tensor], key_bias: Optional[torch.Tensor],
+                        has_bias: bool, has_key_bias: bool) -> torch.Tensor:
+    """``softmax((q * scale) @ k^T + attn_bias + key_bias) @ v``, the terms whose ``has_*`` flag
+    is set (TorchScript-compatible: the chunked form below is scripted)."""
+    logits = (q * scale) @ k.transpose(-2, -1)
+    # (``is not None`` narrows the Optional types for TorchScript; the flags decide.)
+    if has_bias and attn_bias is not None:
         logits = logits + attn_bias
-    if attn_mask is not None:
-        logits = logits + (~attn_mask).to(logits.dtype) * EXPORT_MASK_VALUE
+    if has_key_bias and key_bias is not None:
+        logits = logits + key_bias
     return logits.softmax(dim=-1) @ v
+
+
+def _query_chunks(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: torch.Tensor,
+                  attn_bias: torch.Tensor, key_bias: torch.Tensor, has_bias: bool,
+                  has_key_bias: bool, chunk: int) -> torch.Tensor:
+    """:func:`_additive_attention` of at most ``chunk`` queries at a time (scripted: the branch
+    and the loop, on the runtime query count, become an ONNX ``If`` and ``Loop``).
+
+    ``attn_bias`` is 4-D, (.., queries, keys) or (.., 1, keys); its rows are taken with the
+    queries'. ``key_bias``, (.., 1, keys), is added to every chunk.
+    """
+    queries = q.size(2)
+    if queries <= chunk:
+        return _additive_attention(q, k, v, scale, attn_bias, key_bias, has_bias, has_key_bias)
+    outs: List[torch.Tensor] = []
+    for start in range(0, queries, chunk):
+        rows = attn_bias
+        if has_bias and attn_bias.size(2) > 1:
+            rows = attn_bias[:, :, start:start + chunk]
+        outs.append(_additive_attention(q[:, :, start:start + chunk], k, v, scale, rows,
+                                        key_bias, has_bias, has_key_bias))
+    return torch.cat(outs, dim=2)
+
+
+@functools.lru_cache(maxsize=None)
+def _scripted_query_chunks():
+    """:func:`_query_chunks` compiled by TorchScript, once (only chunked exports need it;
+    :func:`export_attention_chunk` compiles it before the export traces). A scripted function
+    that ``torch.onnx.export`` meets while tracing keeps its control flow: the query loop is
+    exported as an ONNX ``Loop`` whose trip count the graph computes from the runtime size, not
+    unrolled at the traced size."""
+    with warnings.catch_warnings():
+        # torch 2.14 deprecates TorchScript as a whole; the TorchScript ONNX exporter, which this
+        # package uses (docs/deployment.md), is the reason it is still needed.
+        warnings.simplefilter('ignore', FutureWarning)
+        return torch.jit.script(_query_chunks)
 
 
 def _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias=None):
@@ -135,3 +202,35 @@ def set_attention_kernel(model: nn.Module, kernel: str) -> dict:
             previous[module] = module.attn_kernel
             module.attn_kernel = kernel
     return previous
+
+
+@contextlib.contextmanager
+def export_attention_chunk(queries: Optional[int]) -> Iterator[None]:
+    """Within this context, attention exported to ONNX runs at most ``queries`` queries at a time.
+
+    Every :func:`multihead_attention` call that ``torch.onnx.export`` (TorchScript exporter)
+    traces inside the context becomes an ONNX ``If`` on the runtime query count: up to
+    ``queries`` queries, the whole attention, as without the context; more, an ONNX ``Loop`` over
+    chunks of ``queries`` queries (the last one ragged) whose results are concatenated, so that
+    at most ``queries`` x keys logits per head and batch item exist at a time instead of all
+    queries x keys. An attention bias is taken row by row with its queries, a key mask whole.
+    The chunk count is computed in the graph, so one dynamic-shape graph serves every input size,
+    with the whole attention's numbers up to float rounding. None (the default): whole attention
+    everywhere. Eager, ``torch.compile`` and ``torch.jit.trace`` runs are unaffected.
+
+    Example::
+
+        with export_attention_chunk(256):
+            torch.onnx.export(model, args, path, dynamo=False, ...)
+    """
+    if queries is not None and (isinstance(queries, bool) or not isinstance(queries, int)
+                                or queries < 1):
+        raise ValueError(f'attention chunk must be a positive int or None, got {queries!r}')
+    if queries is not None:
+        _scripted_query_chunks()  # compiled before the export traces
+    global _export_chunk
+    previous, _export_chunk = _export_chunk, queries
+    try:
+        yield
+    finally:
+        _export_chunk = previous
