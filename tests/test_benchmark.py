@@ -20,35 +20,44 @@ def markdown_tables(text):
 def test_benchmark_tool_writes_well_formed_tables(tmp_path):
     out = tmp_path / 'bench.md'
     log = run_tool('tools/analysis_tools/benchmark.py', '--sections', 'params', 'speed', 'profile',
-                   'scaling', 'gpu', 'quickstart', '--families', 'TransCNN', '--archs', 'tiny',
-                   '--sizes', '64x64', '64x96', '--batches', '1', '--repeats', '1', '--warmup',
-                   '0', '--ratio-runs', '1', '--quickstart-algos', 'retinanet', '--threads', '1',
-                   '--no-vit', '--out', str(out))
+                   'scaling', 'gpu', 'quickstart', '--families', 'TransCNN', 'HAT-Net', '--archs',
+                   'tiny', '--sizes', '64x64', '64x96', '--batches', '1', '--repeats', '1',
+                   '--warmup', '0', '--ratio-runs', '1', '--quickstart-algos', 'retinanet',
+                   '--threads', '1', '--no-vit', '--out', str(out))
     assert 'params/FLOPs: TransCNN-tiny' in log  # progress output
     text = out.read_text()
     tables = markdown_tables(text)
-    assert len(tables) == 6  # params, speed, profile, scaling, linearity, quickstart
+    assert len(tables) == 7  # params, speed, profile (one a family), scaling, linearity, quickstart
     for table in tables:
         header, rule, *rows = table
         assert set(''.join(rule)) == {'-'}
         assert rows and all(len(row) == len(header) for row in rows)
-    params_row = tables[0][2]
-    assert params_row[0] == 'TransCNN-tiny'
-    assert abs(float(params_row[2]) - 13.316) < 0.01  # the official TransCNN-Tiny count
-    assert float(params_row[5]) > float(params_row[4]) > 0  # attention products add FLOPs
+    params = {row[0]: row for row in tables[0][2:]}
+    assert list(params) == ['TransCNN-tiny', 'HAT-Net-tiny']
+    assert abs(float(params['TransCNN-tiny'][2]) - 13.316) < 0.01  # the official TransCNN-Tiny
+    # HAT-Net-Tiny: the official count less the attn.proj_norm its forward never uses; its GFLOPs
+    # without the attention products are the official 2.0.
+    assert abs(float(params['HAT-Net-tiny'][2]) - 12.650) < 0.01
+    assert abs(float(params['HAT-Net-tiny'][4]) - 2.0) < 0.05
+    for row in params.values():
+        assert float(row[5]) > float(row[4]) > 0  # attention products add FLOPs
 
     speed = {row[0]: row for row in tables[1][2:]}
-    ours = speed['TransCNN-S vs official equations (restated), 256']
-    # The restated official model and ours, on weights converted by our converter, agree.
-    assert float(ours[5]) < 1e-4
-    low, median, high = (float(v) for v in ours[4].split(' / '))
-    assert 0 < low <= median <= high
+    # The restated official models and ours, on weights converted by our converter, agree.
+    for label in ('TransCNN-S vs official equations (restated), 256',
+                  'HAT-Net-S vs official equations (restated), 224'):
+        assert float(speed[label][5]) < 1e-4
+        low, median, high = (float(v) for v in speed[label][4].split(' / '))
+        assert 0 < low <= median <= high
 
-    profile = {row[0]: row for row in tables[2][2:]}
-    assert float(profile['**total**'][1].strip('*')) > 0
-    assert 'aten::mkldnn_convolution' in profile or 'aten::convolution' in profile
+    for table in tables[2:4]:  # profile: TransCNN, HAT-Net
+        profile = {row[0]: row for row in table[2:]}
+        assert float(profile['**total**'][1].strip('*')) > 0
+        assert 'aten::mkldnn_convolution' in profile or 'aten::convolution' in profile
+    assert '### HAT-Net: ours vs official equations (restated)' in text
 
-    assert len(tables[3]) == 2 + 2  # scaling: one row per size
+    del tables[3]  # the HAT-Net profile: the tables below keep their places
+    assert len(tables[3]) == 2 + 4  # scaling: one row per family and size
     assert osp.getsize(tmp_path / 'bench_scaling_cpu.png') > 0
     # The gpu section answers for this machine, in its place (after scaling, before quickstart):
     # on a CPU-only run a 'Not measured' note under its own heading and no GPU table.
@@ -63,6 +72,26 @@ def test_benchmark_tool_writes_well_formed_tables(tmp_path):
     assert set(quickstart) == {f'retinanet_{b}_10e_shapes' for b in backbones}
     assert float(quickstart['retinanet_r18_10e_shapes'][2]) == 1.0
     assert all(float(row[1]) > 0 for row in quickstart.values())
+
+
+@pytest.mark.parametrize('family', ['TransCNN', 'HAT-Net'])
+def test_reference_pair_holds_the_same_weights(family):
+    """The speed section's pair: the official model (the restatement, under the official key
+    names) and ours with its weights converted by our converter give the same logits."""
+    import torch
+
+    from mmhvit.analysis.benchmark.models import FAMILIES, reference_pair
+    from mmhvit.testing import hatnet_shapes, transcnn_shapes
+    reference, ours, size, name = reference_pair(family)
+    assert (size, name) == (FAMILIES[family]['size'], 'official equations (restated)')
+    layout = {'TransCNN': transcnn_shapes, 'HAT-Net': hatnet_shapes}[family]
+    arch = ours.model.backbone.arch_settings
+    assert {k: tuple(v.shape) for k, v in reference.state_dict().items()} == layout(arch)
+    x = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected, logits = reference(x), ours(x)
+    assert logits.shape == (2, 1000) and expected.std() > 0.1  # not a degenerate pair
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)
 
 
 def test_benchmark_plugins_section(tmp_path):

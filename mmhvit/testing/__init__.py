@@ -2,7 +2,8 @@
 
 - :mod:`.archs`: the one set of tiny archs (``TINY_ARCHS``: backbone kwargs per family).
 - :mod:`.hmhsa_reference`: TransCNN's and HAT-Net's official computation restated (layouts,
-  forwards, the H-MHSA of both) and :class:`OfficialTransCNN`, the benchmark's reference module.
+  forwards, the H-MHSA of both) and :class:`OfficialTransCNN` / :class:`OfficialHATNet`, the
+  benchmark's reference modules.
 - :mod:`.ptnt_reference`: PyramidTNT's official computation restated.
 - :mod:`.timm_models`: timm's NesT and TNT (those families' references) for one of our archs.
 - :mod:`.state_dicts`: official-layout state dicts (key lists, random weights) and the checkpoint
@@ -16,6 +17,7 @@ from .archs import TINY_ARCHS, tiny_arch
 from .batches import make_batch
 from .checks import assert_close, poison_padding
 from .hmhsa_reference import (
+    OfficialHATNet,
     OfficialTransCNN,
     hatnet_forward,
     hatnet_shapes,
@@ -35,7 +37,8 @@ from .timm_models import timm_nest, timm_tnt
 
 __all__ = [
     'TINY_ARCHS', 'tiny_arch', 'make_batch', 'assert_close', 'poison_padding', 'OfficialTransCNN',
-    'hatnet_forward', 'hatnet_shapes', 'transcnn_forward', 'transcnn_shapes', 'ptnt_bias',
-    'ptnt_forward', 'ptnt_shapes', 'random_ptnt_state_dict', 'CodeRunner', 'deit_checkpoint',
-    'meta_state_dict', 'random_state_dict', 'read_key_list', 'shifted', 'timm_nest', 'timm_tnt'
+    'OfficialHATNet', 'hatnet_forward', 'hatnet_shapes', 'transcnn_forward', 'transcnn_shapes',
+    'ptnt_bias', 'ptnt_forward', 'ptnt_shapes', 'random_ptnt_state_dict', 'CodeRunner',
+    'deit_checkpoint', 'meta_state_dict', 'random_state_dict', 'read_key_list', 'shifted',
+    'timm_nest', 'timm_tnt'
 ]

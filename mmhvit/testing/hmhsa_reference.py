@@ -12,9 +12,9 @@ the map divides into them; elsewhere by slicing, so that at map borders they hol
 that exist. For inputs the official code accepts (TransCNN: multiples of 128; HAT-Net: 224) this is
 exactly its computation, and for other sizes it is the computation in which padded keys are absent.
 
-:class:`OfficialTransCNN` holds the same parameters under the official key names (an official
-state dict loads as it is) and runs this computation: the reference of the speed benchmark when
-the released file is not at hand.
+:class:`OfficialTransCNN` and :class:`OfficialHATNet` hold the same parameters under the official
+key names (an official state dict loads as it is) and run this computation: the references of the
+speed benchmark when the released files are not at hand.
 """
 import functools
 import math
@@ -243,16 +243,19 @@ def hatnet_forward(sd: Weights, x: torch.Tensor, arch: dict):
 
 
 # --- as a module, for timing -------------------------------------------------------------------
-class OfficialTransCNN(nn.Module):
-    """An ImageNet TransCNN classifier under the official key names (an official state dict
-    loads as it is) computing :func:`transcnn_forward`; random weights from
-    :func:`~mmhvit.testing.state_dicts.random_state_dict` (non-trivial BatchNorm statistics).
-    Inference only (BatchNorm uses its running statistics)."""
+class OfficialHMHSA(nn.Module):
+    """An ImageNet classifier of one H-MHSA release under its official key names (an official
+    state dict loads as it is) computing that release's restated forward; random weights from
+    :func:`~mmhvit.testing.state_dicts.random_state_dict` (norms near identity, non-trivial
+    BatchNorm statistics). Inference only (BatchNorm uses its running statistics). A subclass names
+    the release: ``layout`` (its ``*_shapes``) and ``computation`` (its ``*_forward``)."""
+    layout: Callable[..., Shapes]
+    computation: Callable
 
     def __init__(self, arch: dict, num_classes: int = 1000, seed: int = 0):
         super().__init__()
         self.arch = arch
-        weights = random_state_dict(transcnn_shapes(arch, num_classes), seed, torch.float32)
+        weights = random_state_dict(type(self).layout(arch, num_classes), seed, torch.float32)
         for key, value in weights.items():
             *path, leaf = key.split('.')
             module = self
@@ -268,4 +271,17 @@ class OfficialTransCNN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weights = dict(self.named_parameters())
         weights.update(self.named_buffers())
-        return transcnn_forward(weights, x, self.arch)[1]
+        return type(self).computation(weights, x, self.arch)[1]
+
+
+class OfficialTransCNN(OfficialHMHSA):
+    """TransCNN (``TransCNN.py``): :func:`transcnn_shapes`, :func:`transcnn_forward`."""
+    layout = staticmethod(transcnn_shapes)
+    computation = staticmethod(transcnn_forward)
+
+
+class OfficialHATNet(OfficialHMHSA):
+    """HAT-Net (``HAT_Net.py``): :func:`hatnet_shapes` (with the unused ``attn.proj_norm``),
+    :func:`hatnet_forward`."""
+    layout = staticmethod(hatnet_shapes)
+    computation = staticmethod(hatnet_forward)

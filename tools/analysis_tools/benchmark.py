@@ -2,20 +2,22 @@
 size.
 
     python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu plugins]
-        [--families TransCNN NesT TNT PyramidTNT] [--archs tiny ...] [--sizes 224x224 448x448 ...]
-        [--plugin-size 800x1344] [--plugin-memory-cap 12] [--repeats 5] [--ratio-runs 5]
+        [--families TransCNN HAT-Net NesT TNT PyramidTNT] [--archs tiny ...]
+        [--sizes 224x224 448x448 ...] [--plugin-size 800x1344] [--plugin-memory-cap 12]
+        [--repeats 5] [--ratio-runs 5]
         [--det-algos retinanet mask-rcnn] [--det-backbones NesT-T Swin-T ...]
         [--det-size 800x1344] [--det-batches 1 2]
-        [--official-transcnn PATH/TransCNN.py] [--threads 2]
+        [--official-transcnn PATH/TransCNN.py] [--official-hatnet PATH/HAT_Net.py] [--threads 2]
         [--out docs/benchmarks.md]
 
 Writes a Markdown page of tables (and PNG plots beside it) and prints progress while it runs.
 Sections:
   params   params and FLOPs (with / without the attention matrix products) of every arch's
            ImageNet classifier at its paper resolution, next to the official figures;
-  speed    forward latency of our TransCNN-S, NesT-T and TNT-S classifiers against the official
-           TransCNN (``--official-transcnn PATH`` to the released TransCNN.py, else our
-           restatement of its computation) and timm's NesT / TNT, same converted weights,
+  speed    forward latency of our TransCNN-S, HAT-Net-S, NesT-T and TNT-S classifiers against
+           the official TransCNN and HAT-Net (``--official-transcnn PATH`` to the released
+           TransCNN.py, ``--official-hatnet PATH`` to the released HAT_Net.py, else our
+           restatement of their computation) and timm's NesT / TNT, same converted weights,
            alternating A/B, the ratio as min / median / max over ``--ratio-runs`` runs;
            TransCNN-B against the same net with global attention;
   profile  (not in the default sections) per-op self CPU time of ours and each reference at the
@@ -82,6 +84,10 @@ def parse_args(argv=None):
                         help='the released TransCNN.py (yun-liu/HAT-Net) to time against; '
                         'default: our restatement of its computation '
                         '(mmhvit.testing.OfficialTransCNN)')
+    parser.add_argument('--official-hatnet', metavar='PATH',
+                        help='the released HAT_Net.py (yun-liu/HAT-Net) to time against; '
+                        'default: our restatement of its computation '
+                        '(mmhvit.testing.OfficialHATNet)')
     parser.add_argument('--threads', type=int, default=2, help='CPU threads (fixed)')
     parser.add_argument('--no-vit', dest='with_vit', action='store_false',
                         help='leave the ViT-S/16 baseline out of the scaling section')

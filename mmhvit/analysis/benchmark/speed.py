@@ -9,6 +9,18 @@ from mmhvit.utils import ab_ratio_runs, spread
 
 from .models import SCALING_ARCHS, build_backbone, log, reference_pair
 
+# The families timed against a reference (:func:`reference_pair`), as the rows name their model.
+SPEED_LABELS = {'TransCNN': 'TransCNN-S', 'HAT-Net': 'HAT-Net-S', 'NesT': 'NesT-T', 'TNT': 'TNT-S'}
+
+
+def speed_pairs(args):
+    """(family, reference, ours, input side, reference name) of each family of ``args.families``
+    with a reference, built one at a time; ``--official-transcnn`` / ``--official-hatnet``: the
+    released files to time against."""
+    official = {'TransCNN': args.official_transcnn, 'HAT-Net': args.official_hatnet}
+    for family in [f for f in SPEED_LABELS if f in args.families]:
+        yield (family, *reference_pair(family, official.get(family)))
+
 
 def ratio_runs(ours, reference, args, device: str):
     """(median ms of ours, of the reference, [ours / reference of each run])."""
@@ -25,10 +37,9 @@ def autocast_context(device: str, dtype: Optional[torch.dtype]):
 def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None) -> List[str]:
     rows = []
     autocast = autocast_context(device, dtype)
-    for family in [f for f in ('TransCNN', 'NesT', 'TNT') if f in args.families]:
-        reference, ours, size, ref_name = reference_pair(family, args.official_transcnn)
+    for family, reference, ours, size, ref_name in speed_pairs(args):
         reference, ours = reference.to(device), ours.to(device)
-        label = {'TransCNN': 'TransCNN-S', 'NesT': 'NesT-T', 'TNT': 'TNT-S'}[family]
+        label = SPEED_LABELS[family]
         for batch in args.batches:
             log(f'speed: {label} vs {ref_name}, batch {batch}, {device}, {dtype or "fp32"}')
             x = torch.randn(batch, 3, size, size, device=device)
@@ -85,8 +96,7 @@ def section_profile(args) -> List[str]:
              'after one warm-up, batch ' + str(max(args.batches)) + '; ops are listed while '
              'either model spends at least 1% of its time in them. The profiler\'s own overhead '
              'inflates small ops: compare the two columns, not with the latencies above.', '']
-    for family in [f for f in ('TransCNN', 'NesT', 'TNT') if f in args.families]:
-        reference, ours, size, ref_name = reference_pair(family, args.official_transcnn)
+    for family, reference, ours, size, ref_name in speed_pairs(args):
         log(f'profile: {family} vs {ref_name}')
         x = torch.randn(max(args.batches), 3, size, size)
         times = [op_times(ours, x, args.repeats), op_times(reference, x, args.repeats)]
