@@ -19,6 +19,7 @@ from ..layers import (
     BackboneStage,
     TransformerLayer,
     build_norm2d,
+    fitted_window,
     is_exporting,
     pad_nchw,
     pad_nhwc,
@@ -151,11 +152,7 @@ class NesTStage(BackboneStage):
             x = x + self.pos_map((height, width))
         if not len(self.blocks):
             return x
-        # A side shorter than a block gets one block of that side: same result as padding it to a
-        # whole block with masked keys, without the wasted tokens.
-        bh, bw = min(self.block_size, height), min(self.block_size, width)
-        if is_exporting():  # no branch on traced sizes: always whole blocks with masked keys
-            bh = bw = self.block_size
+        bh, bw = fitted_window(self.block_size, height, width)
         pad_h, pad_w = padding_to_multiple(height, width, bh, bw)
         key_mask = window_key_mask(height, width, pad_h, pad_w, bh, bw, x.device)
         tokens = window_partition(pad_nhwc(x, pad_h, pad_w), bh, bw)

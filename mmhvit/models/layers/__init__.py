@@ -26,6 +26,7 @@ from .weight_init import trunc_normal_init
 from .windows import (
                         ceil_div,
                         cls_window_key_masks,
+                        fitted_window,
                         pad_nchw,
                         pad_nhwc,
                         padding_to_multiple,
@@ -43,5 +44,6 @@ __all__ = [
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',
     'ClassTokenWindowAttention', 'TokenGrids', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
-    'window_key_mask', 'cls_window_key_masks', 'is_exporting', 'ceil_div', 'trunc_normal_init'
+    'window_key_mask', 'cls_window_key_masks', 'fitted_window', 'is_exporting', 'ceil_div',
+    'trunc_normal_init'
 ]

@@ -7,12 +7,12 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
-from .export import is_exporting
 from .mlp import Mlp
 from .pooling import pool_cells
 from .pos_embed import AttnBiasRows
 from .windows import (
     cls_window_key_masks,
+    fitted_window,
     pad_nhwc,
     padding_to_multiple,
     window_key_mask,
@@ -101,7 +101,7 @@ class ClassTokenWindowAttention(MultiheadSelfAttention):
             raise ValueError(f'a windowed {type(self).__name__} needs the token grid (grid=)')
         (rows, cols), (padded_rows, padded_cols) = grid
         batch, channels = x.shape[0], x.shape[-1]
-        win_h, win_w = self._window((rows, cols))
+        win_h, win_w = fitted_window(self.window_size, rows, cols)
         pad_h, pad_w = padding_to_multiple(rows, cols, win_h, win_w)
         windows = self._partition(self.qkv(x), grid, pad_h, pad_w, win_h, win_w)
         count = windows.shape[0] // batch  # windows per image
@@ -120,14 +120,6 @@ class ClassTokenWindowAttention(MultiheadSelfAttention):
         # (discarded) outputs get a zero attention update.
         out = pad_nhwc(out, padded_rows - rows, padded_cols - cols).flatten(1, 2)
         return self.proj_drop(self.proj(torch.cat([cls_out, out], dim=1)))
-
-    def _window(self, real: Tuple[int, int]) -> Tuple[int, int]:
-        """A side shorter than the window gets one window of that side: the same result as
-        padding it to a whole window with masked keys, without the wasted tokens; while
-        exporting, always whole windows (no branch on traced sizes)."""
-        if is_exporting():
-            return self.window_size, self.window_size
-        return min(self.window_size, real[0]), min(self.window_size, real[1])
 
     @staticmethod
     def _partition(qkv: torch.Tensor, grid: TokenGrids, pad_h, pad_w, win_h: int,

@@ -17,6 +17,16 @@ def ceil_div(size, divisor: int):
     return (size + divisor - 1) // divisor
 
 
+def fitted_window(size: int, height: int, width: int) -> Tuple[int, int]:
+    """The window of side ``size`` on a ``height`` x ``width`` grid: a side shorter than the
+    window gets one window of that side (the same result as padding it to a whole window with
+    masked keys, without the wasted tokens); while exporting, always whole windows (no branch on
+    traced sizes)."""
+    if is_exporting():
+        return size, size
+    return min(size, height), min(size, width)
+
+
 def padding_to_multiple(height: int, width: int, multiple_h: int,
                         multiple_w: Optional[int] = None) -> Tuple[int, int]:
     """Bottom and right padding that makes (height, width) whole multiples."""
