@@ -33,17 +33,19 @@ from mmengine.registry import init_default_scope
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
-from mmhvit.analysis.benchmark.models import log  # noqa: E402
+from mmhvit.analysis.benchmark.models import SCALING_ARCHS, log  # noqa: E402
+from mmhvit.analysis.benchmark.models import build_backbone as build_family  # noqa: E402
 from mmhvit.testing import TINY_ARCHS  # noqa: E402  (the dry run's tiny variants)
 from mmhvit.utils import PeakMemory, median_time, step_functions  # noqa: E402
 
-# family: (registry type, the arch of our COCO configs, the COCO config's name part, tiny arch key)
+# family (mmhvit.analysis.benchmark's names; the COCO configs' arch is its SCALING_ARCHS one):
+# (the COCO config's name part, the TINY_ARCHS key of the dry run)
 FAMILIES = {
-    'TransCNN': ('mmhvit.TransCNN', 'base', 'transcnn_b', 'TransCNN'),
-    'HAT-Net': ('mmhvit.HATNet', 'small', 'hatnet_s', 'HATNet'),
-    'NesT': ('mmhvit.NesT', 'tiny', 'nest_t', 'NesT'),
-    'TNT': ('mmhvit.TNT', 'small', 'tnt_s', 'TNT'),
-    'PyramidTNT': ('mmhvit.PyramidTNT', 'small', 'ptnt_s', 'PyramidTNT'),
+    'TransCNN': ('transcnn_b', 'TransCNN'),
+    'HAT-Net': ('hatnet_s', 'HATNet'),
+    'NesT': ('nest_t', 'NesT'),
+    'TNT': ('tnt_s', 'TNT'),
+    'PyramidTNT': ('ptnt_s', 'PyramidTNT'),
 }
 # The detection comparison's references (MMDetection's Swin-T / PVTv2-b2 / ResNet-50 configs) as
 # timm builds them: mmdet's own modules import mmcv's compiled ops, which a bare GPU image lacks.
@@ -72,10 +74,9 @@ def build_backbone(name: str, dry_run: bool, image_size) -> nn.Module:
         if needs_size:  # Swin's position tables are sized at construction
             kwargs = dict(kwargs, img_size=image_size)
         return timm.create_model(model_name, pretrained=False, features_only=True, **kwargs)
-    from mmhvit.registry import MODELS
-    registry_type, arch, _, tiny = FAMILIES[name]
-    config = dict(TINY_ARCHS[tiny]) if dry_run else dict(arch=arch)
-    return MODELS.build(dict(type=registry_type, **config))
+    tiny = FAMILIES[name][1]
+    return (build_family(name, **TINY_ARCHS[tiny]) if dry_run else
+            build_family(name, SCALING_ARCHS[name]))
 
 
 def autocast(device: str, bf16: bool):
@@ -177,7 +178,7 @@ def mmcv_ops_missing(device: str):
 
 def build_detector(algo: str, family: str, dry_run: bool):
     from mmdet.registry import MODELS
-    _, _, config_name, tiny = FAMILIES[family]
+    config_name, tiny = FAMILIES[family]
     cfg = Config.fromfile(osp.join(REPO, 'configs', f'{algo}_{config_name}_coco.py'))
     cfg.model.backbone.pop('init_cfg', None)  # random weights: nothing is downloaded
     if dry_run:
