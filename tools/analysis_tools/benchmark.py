@@ -1,7 +1,7 @@
 """Measure the backbones: params/FLOPs against the papers, speed against timm, cost against input
 size.
 
-    python tools/analysis_tools/benchmark.py [--sections params speed scaling gpu plugins]
+    python tools/analysis_tools/benchmark.py [--sections params speed scaling plugins]
         [--families TransCNN HAT-Net NesT TNT PyramidTNT] [--archs tiny ...]
         [--sizes 224x224 448x448 ...] [--plugin-size 800x1344] [--plugin-memory-cap 12]
         [--repeats 5] [--ratio-runs 5]
@@ -25,8 +25,6 @@ Sections:
   scaling  forward and forward+backward time and peak memory of each backbone (all four outputs)
            against input size, next to a plain ViT-S/16 (and PyramidTNT-S with
            ``bias_chunk_size=4096`` when PyramidTNT is among the families);
-  gpu      the speed and scaling tables on the GPU at fp32 and bf16 autocast, plus RetinaNet
-           training throughput at 800x1333, batch 2 (only when CUDA is available);
   quickstart  (not in the default sections) seconds per training iteration of every quickstart
            RetinaNet, Mask R-CNN and UperNet config against the same task's ResNet-18 config,
            on generated shapes data;
@@ -55,7 +53,6 @@ sys.path.insert(0, REPO)
 
 from mmhvit.analysis.benchmark import (  # noqa: E402
     detection,
-    gpu,
     params,
     plugins,
     quickstart_speed,
@@ -64,12 +61,12 @@ from mmhvit.analysis.benchmark import (  # noqa: E402
 )
 from mmhvit.analysis.benchmark.models import FAMILIES, SCALING_SIZES, log  # noqa: E402
 
-SECTIONS = ['params', 'speed', 'profile', 'scaling', 'gpu', 'quickstart', 'plugins', 'detection']
+SECTIONS = ['params', 'speed', 'profile', 'scaling', 'quickstart', 'plugins', 'detection']
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--sections', nargs='+', default=['params', 'speed', 'scaling', 'gpu'],
+    parser.add_argument('--sections', nargs='+', default=['params', 'speed', 'scaling'],
                         choices=SECTIONS)
     parser.add_argument('--families', nargs='+', default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument('--archs', nargs='+', help='only these arch names in the params section')
@@ -117,29 +114,12 @@ def parse_args(argv=None):
     return args
 
 
-def scaling_lines(args, stem: str, device: str = 'cpu', dtype=None, title: str = 'CPU, fp32',
-                  tag: str = 'cpu') -> List[str]:
-    """The scaling section and its plot (``STEM_scaling_TAG.png`` beside the page)."""
-    lines, points = scaling.section_scaling(args, device, dtype)
-    png = f'{stem}_scaling_{tag}.png'
-    scaling.plot_scaling(points, png, f'{title}, batch 1')
-    kind = 'GPU' if device == 'cuda' else 'CPU'
-    return lines + [f'![{kind} scaling]({osp.basename(png)})', '']
-
-
-def gpu_lines(args, stem: str) -> List[str]:
-    """Speed and scaling at fp32 and bf16 autocast plus RetinaNet training, on the GPU."""
-    if not torch.cuda.is_available():
-        return ['# GPU', '', 'Not measured: no GPU was available to the run that wrote this '
-                'page. On a GPU machine, the same command adds fp32 and bf16 tables and '
-                'RetinaNet training throughput here.', '']
-    name = torch.cuda.get_device_name()
-    lines = [f'# GPU: {name}', '']
-    for dtype in (None, torch.bfloat16):
-        tag = 'bf16' if dtype else 'fp32'
-        lines += speed.section_speed(args, 'cuda', dtype)
-        lines += scaling_lines(args, stem, 'cuda', dtype, f'{name}, {tag}', f'gpu_{tag}')
-    return lines + gpu.section_gpu_training(args)
+def scaling_lines(args, stem: str) -> List[str]:
+    """The scaling section and its plot (``STEM_scaling_cpu.png`` beside the page)."""
+    lines, points = scaling.section_scaling(args)
+    png = f'{stem}_scaling_cpu.png'
+    scaling.plot_scaling(points, png, 'CPU, fp32, batch 1')
+    return lines + [f'![CPU scaling]({osp.basename(png)})', '']
 
 
 def page_lines(args) -> List[str]:
@@ -147,7 +127,7 @@ def page_lines(args) -> List[str]:
     writers = {
         'params': params.section_params, 'speed': speed.section_speed,
         'profile': speed.section_profile, 'scaling': lambda a: scaling_lines(a, stem),
-        'gpu': lambda a: gpu_lines(a, stem), 'quickstart': quickstart_speed.section_quickstart,
+        'quickstart': quickstart_speed.section_quickstart,
         'plugins': plugins.section_plugins, 'detection': detection.section_detection
     }
     cpu_name = platform.processor() or platform.machine()
