@@ -12,6 +12,7 @@ from timm.models.tnt import checkpoint_filter_fn
 
 from mmhvit.cli import main as mmhvit_command
 from mmhvit.models.backbones import TNT
+from mmhvit.models.backbones.tnt import words_to_map
 from mmhvit.models.converters.tnt import (
     convert_tnt_checkpoint,
     detect_tnt_layout,
@@ -255,6 +256,50 @@ def test_empty_stages_make_a_vitdet_pyramid_from_one_map():
     assert [tuple(o.shape[-2:]) for o in outs] == [(20, 28), (10, 14), (5, 7), (3, 4)]
     torch.testing.assert_close(outs[2], raw(x)[0])
     torch.testing.assert_close(outs[3], F.max_pool2d(raw(x)[0], 2, 2, ceil_mode=True))
+
+
+@torch.no_grad()
+def test_words_to_map_tiles_the_words_where_the_stem_made_them():
+    """The legacy stem convolves the whole image and cuts the stride-4 map into words: laying
+    the words back out must give that map."""
+    torch.manual_seed(0)
+    embed = tiny(legacy=True).patch_embed
+    x = torch.randn(2, 3, 48, 80)
+    words = embed.words(x) - embed.word_pos_embed
+    side = embed.words_per_side
+    torch.testing.assert_close(words_to_map(words, 2, (3, 5), side), embed.word_embed(x))
+
+
+def test_word_maps_only_where_the_output_is_finer_than_the_sentences():
+    assert [s.word_map is not None for s in tiny(word_maps=True).stages] == [True, True, False,
+                                                                             False]
+    assert [s.word_map is not None for s in tiny().stages] == [False] * 4  # the paper's pyramid
+    assert all(s.word_map is None for s in tiny(out_type='raw', word_maps=True).stages)
+    # strides 4 and 8 of 4-px words
+    assert [s.word_map.pool for s in tiny(word_maps=True).stages[:2]] == [1, 2]
+    # 8-px sentences: only the stride-4 output is finer
+    p8 = tiny(arch=dict(TINY, patch_size=8, word_size=4), word_maps=True)
+    assert [s.word_map is not None for s in p8.stages] == [True, False, False, False]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('size', [(64, 64), (50, 90)])
+def test_word_maps_add_to_the_upsampled_sentences(size):
+    torch.manual_seed(0)
+    model = tiny(word_maps=True).eval()
+    plain = tiny().eval()
+    result = plain.load_state_dict(model.state_dict(), strict=False)
+    assert result.missing_keys == [] and all('word_map' in k for k in result.unexpected_keys)
+    x = torch.randn(2, 3, *size)
+    with_words, without = model(x), plain(x)
+    for i in (2, 3):
+        torch.testing.assert_close(with_words[i], without[i])
+    state = model.forward_stage(model.stages[0], model.forward_stem(x))
+    padded = state.padded
+    fine = model.stages[0].word_map(state.words, 2, padded)[..., :with_words[0].shape[-2],
+                                                            :with_words[0].shape[-1]]
+    torch.testing.assert_close(with_words[0], without[0] + fine)
+    assert not torch.allclose(with_words[1], without[1])
 
 
 # --- windowed outer attention (ViTDet) -----------------------------------------------------------

@@ -26,6 +26,7 @@ from ..layers import (
     is_exporting,
     pad_nchw,
     padding_to_multiple,
+    pool_cells,
     resize_pos_map,
     trunc_normal_init,
 )
@@ -213,6 +214,35 @@ class TNTEmbed(nn.Module):
         return words, self.pos_drop(sentences + self.sentence_pos(real, padded))
 
 
+class WordMap(nn.Module):
+    """The word tokens of every sentence laid out in place as an NCHW map (stride: the word size),
+    average-pooled to an output's stride, projected to the output's channels and normalised: the
+    local detail a pyramid output finer than the sentences adds to its upsampled sentence map."""
+
+    def __init__(self, inner_dims: int, embed_dims: int, words_per_side: int, pool: int,
+                 norm_cfg: dict):
+        super().__init__()
+        self.words_per_side, self.pool = words_per_side, pool
+        self.proj = nn.Conv2d(inner_dims, embed_dims, 1)
+        self.norm = build_norm2d(norm_cfg, embed_dims)
+
+    def forward(self, words: torch.Tensor, batch: int, padded: Tuple[int, int]) -> torch.Tensor:
+        """(B * N, side * side, c) words of a padded (h, w) sentence grid -> (B, d, h * side /
+        pool, w * side / pool)."""
+        fmap = words_to_map(words, batch, padded, self.words_per_side)
+        return self.norm(self.proj(pool_cells(fmap, self.pool, 'avg')))
+
+
+def words_to_map(words: torch.Tensor, batch: int, padded: Tuple[int, int],
+                 words_per_side: int) -> torch.Tensor:
+    """(B * h * w, side * side, c) words (sentences and words row-major) -> the (B, c, h * side,
+    w * side) map they tile, each word at its pixel: the inverse of :meth:`TNTEmbed.words`."""
+    side, channels = words_per_side, words.shape[-1]
+    fmap = words.reshape(batch, padded[0], padded[1], side, side, channels)
+    return fmap.permute(0, 5, 1, 3, 2, 4).reshape(batch, channels, padded[0] * side,
+                                                  padded[1] * side)
+
+
 class TNTState(NamedTuple):
     """What TNT's stages pass on: words (B * N, 16, c) and sentences (B, 1 + N, d), with the
     sentence key mask (None when no sentence is wholly padding) and the geometry the outputs are
@@ -231,11 +261,13 @@ class TNTStage(BackboneStage):
     each output), and, in the stage of the last block, the final norm of the ImageNet model."""
 
     def __init__(self, blocks: List[nn.Module], out_norm: Optional[nn.Module] = None,
-                 out_proj: Optional[nn.Module] = None, norm: Optional[nn.Module] = None):
+                 out_proj: Optional[nn.Module] = None, norm: Optional[nn.Module] = None,
+                 word_map: Optional[nn.Module] = None):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
         self.out_norm = out_norm
         self.out_proj = out_proj
+        self.word_map = word_map
         self.norm = norm
 
     def forward(self, words: torch.Tensor, sentences: torch.Tensor,
@@ -261,9 +293,10 @@ class TNT(HViTBackbone):
     stage i - 1 (3 each: blocks 3, 6, 9, 12 end the stages), and its stride-16 sentence map is
     normalised (``pyramid_norm_cfg``, one norm per output as in mmdet's Swin) and rescaled to
     stride 4, 8, 16, 32 by a ViTDet simple pyramid (transposed convs up, identity, max-pool
-    down). The stride-4 map is made from the sentences too, not from the word tokens
-    (which do form a stride-4 grid): words never see past their own 16 x 16 patch and have only
-    c channels, while the sentence map carries global context.
+    down). The stride-4 map is made from the sentences too: ``word_maps=True`` adds the word
+    tokens (which do form a stride-4 grid) to the outputs finer than the sentences, and measured
+    no better on the bundled data (docs/quickstart_results.md: Mask R-CNN segm mAP 0.292 against
+    0.300), so the default is the paper's pyramid of sentences.
 
     Any input of at least 1 x 1 works: it is zero-padded to whole patches (``size_divisor``), the
     sentence position embedding is interpolated (bicubic) to the real sentence grid, sentences
@@ -324,6 +357,10 @@ class TNT(HViTBackbone):
             blocks, negative from the end) that keep global attention when ``window_size`` is
             set. Default: None, the last block of every stage that has blocks: blocks 2, 5, 8 and
             11 of the zoo archs, ViTDet's 4 evenly spaced global blocks of 12.
+        word_maps (bool): Add to each pyramid output finer than the sentences (strides
+            ``word_size <= s < patch_size``) its stage's words laid out in place, average-pooled
+            to the output's stride, 1x1-projected to d channels and normalised (``WordMap``).
+            New parameters, as the rescaling's: official weights load unchanged. Default: False.
         **kwargs: The arguments every backbone takes (:class:`HViTBackbone`): ``in_channels``,
             ``out_indices``, ``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``, ``qkv_bias``,
             ``norm_cfg`` (default LN), ``act_cfg`` (default GELU), ``frozen_stages`` (0 the
@@ -355,13 +392,15 @@ class TNT(HViTBackbone):
                  pyramid_norm_cfg: dict = dict(type='LN2d', eps=1e-6),
                  window_size: Optional[int] = None,
                  global_blocks: Optional[Sequence[int]] = None,
+                 word_maps: bool = False,
                  **kwargs):
         _check_windows(window_size, global_blocks)
         # Resolved against the arch's depths (_resolve_global_blocks) when the blocks are built.
         self.window_size, self._requested_global_blocks = window_size, global_blocks
         if out_type not in OUT_TYPES:
             raise ValueError(f'TNT: out_type must be one of {OUT_TYPES}, got {out_type!r}')
-        for name, value in (('final_norm', final_norm), ('legacy', legacy)):
+        for name, value in (('final_norm', final_norm), ('legacy', legacy),
+                            ('word_maps', word_maps)):
             if not isinstance(value, bool):
                 raise TypeError(f'TNT: {name} must be a bool, got {value!r}')
         if isinstance(pretrain_img_size, int):
@@ -369,6 +408,7 @@ class TNT(HViTBackbone):
         self.pretrain_img_size = tuple(pretrain_img_size)
         self.out_type, self.final_norm, self.size_divisor = out_type, final_norm, size_divisor
         self.legacy, self.pyramid_norm_cfg = legacy, pyramid_norm_cfg
+        self.word_maps = word_maps
         super().__init__(arch, **kwargs)
         if legacy:
             self.arch_name += ' (legacy)'
@@ -434,14 +474,18 @@ class TNT(HViTBackbone):
                 for j, rate in enumerate(rates)
             ]
             # Outputs that are not requested get nothing: no parameter without gradient.
-            out_norm = out_proj = None
+            out_norm = out_proj = word_map = None
             if self.out_type == 'pyramid' and i in self.out_indices:
                 out_norm = build_norm2d(self.pyramid_norm_cfg, s['embed_dims'])
                 out_proj = build_rescale(s['patch_size'] / OUT_STRIDES[i], s['embed_dims'],
                                          self.pyramid_norm_cfg)
+                if self.word_maps and s['word_size'] <= OUT_STRIDES[i] < s['patch_size']:
+                    word_map = WordMap(s['inner_dims'], s['embed_dims'],
+                                       s['patch_size'] // s['word_size'],
+                                       OUT_STRIDES[i] // s['word_size'], self.pyramid_norm_cfg)
             norm = (build_norm_layer(self.norm_cfg, s['embed_dims'])[1]
                     if self.final_norm and i == last_stage else None)
-            self.stages.append(TNTStage(blocks, out_norm, out_proj, norm))
+            self.stages.append(TNTStage(blocks, out_norm, out_proj, norm, word_map))
 
     def init_default_weights(self) -> None:
         """The official initialisation: truncated normal (std .02) for tokens and linears."""
@@ -473,10 +517,12 @@ class TNT(HViTBackbone):
         return state._replace(words=words, sentences=sentences)
 
     def stage_output(self, index: int, state: TNTState) -> torch.Tensor:
-        return self._output(index, state.sentences, state.real, state.padded, state.size)
+        return self._output(index, state.sentences, state.real, state.padded, state.size,
+                            state.words)
 
     def _output(self, index: int, sentences: torch.Tensor, real: Tuple[int, int],
-                padded: Tuple[int, int], size: Tuple[int, int]) -> torch.Tensor:
+                padded: Tuple[int, int], size: Tuple[int, int],
+                words: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.out_type == 'cls_token':
             return sentences[:, 0]
         batch, _, channels = sentences.shape
@@ -488,6 +534,9 @@ class TNT(HViTBackbone):
         stride = OUT_STRIDES[index]
         # Upsampled maps of a partial last patch reach into the padding: crop them.
         fmap = stage.out_proj(stage.out_norm(fmap))
+        if stage.word_map is not None:
+            fine = stage.word_map(words, batch, padded)
+            fmap = fmap + fine[..., :fmap.shape[-2], :fmap.shape[-1]]
         return fmap[..., :ceil_div(size[0], stride), :ceil_div(size[1], stride)]
 
     # --- checkpoints --------------------------------------------------------------------------
