@@ -138,6 +138,37 @@ def test_benchmark_detection_section(tmp_path):
             and 'no Swin-T row: targets not checked.' in text)
 
 
+def test_benchmark_detection_profile_section(tmp_path):
+    out = tmp_path / 'profile.md'
+    log = run_tool('tools/analysis_tools/benchmark.py', '--sections', 'detection-profile',
+                   '--det-algos', 'retinanet', '--det-backbones', 'TNT-S', 'ResNet-50',
+                   '--det-size', '64x96', '--threads', '1', '--out', str(out))
+    assert 'detection profile: RetinaNet TNT-S' in log
+    text = out.read_text()
+    (header, rule, *rows), = markdown_tables(text)
+    assert header[0] == 'backbone' and header[-2:] == ['total (s)', 'saved for backward (MiB)']
+    rows = {row[0]: dict(zip(header[1:], map(float, row[1:]))) for row in rows}
+    assert list(rows) == ['TNT-S', 'ResNet-50']
+    for row in rows.values():
+        groups = [v for k, v in row.items() if k not in ('total (s)', 'saved for backward (MiB)')]
+        assert abs(sum(groups) - row['total (s)']) < 0.05 and row['total (s)'] > 0
+        assert row['saved for backward (MiB)'] > 0 and row['conv'] > 0
+    # The transformer's linears are matmuls; ResNet-50 runs no attention at all.
+    assert rows['TNT-S']['matmul'] > 0 and rows['ResNet-50']['attention'] == 0
+
+
+def test_op_groups():
+    from mmhvit.analysis.benchmark.detection import op_group
+    assert op_group('aten::_scaled_dot_product_flash_attention_for_cpu') == 'attention'
+    assert op_group('aten::convolution_backward') == 'conv'
+    assert op_group('aten::native_layer_norm_backward') == 'norm'
+    assert op_group('aten::addmm') == op_group('aten::mm') == 'matmul'
+    assert op_group('aten::copy_') == 'copies'
+    assert op_group('aten::gelu_backward') == 'element-wise, pooling'
+    assert op_group('aten::_foreach_mul_') == 'optimizer'
+    assert op_group('mmcv::nms') == 'other'
+
+
 def test_detection_summary_is_computed_from_the_figures():
     from mmhvit.analysis.benchmark.detection import summary_line, table_row
 

@@ -36,7 +36,11 @@ Sections:
            random weights, CPU fp32 at ``--det-size``, batches ``--det-batches``: training-step
            and inference time (all models alternating), peak memory (fresh processes), params,
            backbone FLOPs, ratios to Swin-T and the targets (each family <= 1.0x Swin-T, the
-           best <= 0.8x).
+           best <= 0.8x);
+  detection-profile  (not in the default sections) one profiled training step of the first
+           ``--det-algos`` detector per ``--det-backbones`` backbone at ``--det-size``, batch 1:
+           self CPU time per op group (attention, matmul, conv, norm, copies, ...) and the MiB
+           the backbone's forward saves for backward.
 """
 import argparse
 import datetime
@@ -61,7 +65,8 @@ from mmhvit.analysis.benchmark import (  # noqa: E402
 )
 from mmhvit.analysis.benchmark.models import FAMILIES, SCALING_SIZES, log  # noqa: E402
 
-SECTIONS = ['params', 'speed', 'profile', 'scaling', 'quickstart', 'plugins', 'detection']
+SECTIONS = ['params', 'speed', 'profile', 'scaling', 'quickstart', 'plugins', 'detection',
+            'detection-profile']
 
 
 def parse_args(argv=None):
@@ -128,7 +133,8 @@ def page_lines(args) -> List[str]:
         'params': params.section_params, 'speed': speed.section_speed,
         'profile': speed.section_profile, 'scaling': lambda a: scaling_lines(a, stem),
         'quickstart': quickstart_speed.section_quickstart,
-        'plugins': plugins.section_plugins, 'detection': detection.section_detection
+        'plugins': plugins.section_plugins, 'detection': detection.section_detection,
+        'detection-profile': detection.section_detection_profile
     }
     cpu_name = platform.processor() or platform.machine()
     lines = [

@@ -247,3 +247,83 @@ def section_detection(args) -> List[str]:
         'training-step time and peak memory ("target"); the best ≤ 0.8x.', '',
         *[line for algo in args.det_algos for line in detector_lines(args, algo, height, width)]
     ]
+
+
+# Self CPU time of the aten ops, grouped; the first group whose words an op name holds wins.
+OP_GROUPS = (
+    ('attention', ('scaled_dot_product', 'flash_attention', 'efficient_attention', 'softmax')),
+    ('optimizer', ('_foreach', 'adam')),
+    ('matmul', ('addmm', 'aten::mm', 'bmm', 'matmul', 'linear')),
+    ('conv', ('conv', )),
+    ('norm', ('norm', )),
+    ('copies', ('copy', 'clone', 'contiguous', 'aten::cat', 'stack', 'pad', 'index', 'slice',
+                'select', 'unfold', 'im2col', 'col2im', 'roll')),
+    ('element-wise, pooling', ('add', 'mul', 'gelu', 'silu', 'relu', 'sub', 'div', 'sigmoid',
+                               'where', 'fill', 'zero', 'pool', 'exp', 'sum', 'mean', 'max')),
+)
+GROUP_NAMES = (*(name for name, _ in OP_GROUPS), 'other')
+
+
+def op_group(op: str) -> str:
+    op = op.lower()
+    return next((name for name, words in OP_GROUPS if any(w in op for w in words)), 'other')
+
+
+def profile_training_step(model: nn.Module, data: dict) -> Dict[str, float]:
+    """One training step after a warm-up: seconds of self CPU time per op group (torch.profiler)
+    and the MiB the backbone's forward keeps for backward (distinct tensor storages saved by
+    autograd, ``saved_bytes``)."""
+    from torch.profiler import ProfilerActivity, profile
+    train_step, _ = detector_steps(model, data)
+    train_step()
+    saved = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    backbone_forward = model.backbone.forward
+
+    def forward_saving(*args, **kwargs):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            return backbone_forward(*args, **kwargs)
+
+    model.backbone.forward = forward_saving
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_step()
+    finally:
+        del model.backbone.forward  # the bound method of the class again
+    groups = dict.fromkeys(GROUP_NAMES, 0.)
+    for event in prof.key_averages():
+        groups[op_group(event.key)] += event.self_cpu_time_total / 1e6
+    return dict(groups, saved_mib=sum(saved.values()) / 2**20)
+
+
+def section_detection_profile(args) -> List[str]:
+    """Where a training step's CPU time goes, per op group, and what each backbone keeps for
+    backward: the first of ``--det-algos``, batch 1, at ``--det-size``."""
+    height, width = (int(v) for v in args.det_size.split('x'))
+    algo = args.det_algos[0]
+    rows = []
+    for name in (n for n in DET_BACKBONES if n in args.det_backbones):
+        log(f'detection profile: {DET_ALGOS[algo]} {name}')
+        model = build_detector(algo, name)
+        result = profile_training_step(model, synthetic_batch(1, height, width,
+                                                              algo == 'mask-rcnn'))
+        total = sum(result[group] for group in GROUP_NAMES)
+        rows.append(f'| {name} | ' + ' | '.join(f'{result[g]:.3f}' for g in GROUP_NAMES) +
+                    f' | {total:.3f} | {result["saved_mib"]:.1f} |')
+        model = None
+    return [
+        f'## Where a detector\'s training step goes (CPU, fp32, {height}x{width})', '',
+        f'{DET_ALGOS[algo]}, batch 1, the configs of the detection section: self CPU time '
+        '(seconds) of one profiled training step after a warm-up step, the aten ops grouped by '
+        'name (`mmhvit/analysis/benchmark/detection.py` `OP_GROUPS`; backward ops in their '
+        'forward op\'s group), and the MiB of distinct tensors the backbone\'s forward saves for '
+        'backward. The profiler\'s overhead inflates small ops: compare rows, not with the '
+        'timings above.', '',
+        '| backbone | ' + ' | '.join(GROUP_NAMES) + ' | total (s) | saved for backward (MiB) |',
+        '|---' * (len(GROUP_NAMES) + 3) + '|', *rows, ''
+    ]
