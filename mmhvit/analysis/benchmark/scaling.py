@@ -1,14 +1,13 @@
 """Forward and forward+backward time and peak memory of each backbone against input size
 (``--sections scaling``), CPU peaks measured in a fresh process each."""
 import gc
-from typing import List, Optional
+from typing import List
 
 import torch
 
 from mmhvit.utils import PeakMemory, in_fresh_process, median_time, step_functions
 
 from .models import FAMILIES, log, scaling_models
-from .speed import autocast_context
 
 
 def memory_probe(name: str, size: str):
@@ -32,41 +31,37 @@ def cpu_peak_memory(name: str, size: str, threads: int):
     return in_fresh_process(memory_probe, name, size, threads=threads)
 
 
-def section_scaling(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None):
+def section_scaling(args):
     models = scaling_models(args.families)
     if not args.with_vit:
         models.pop('ViT-S/16 (timm)')
-    autocast = autocast_context(device, dtype)
     rows, points = [], {}
     for name, make in models.items():
-        model = make().to(device)
+        model = make()
         for size in args.sizes:
             height, width = (int(v) for v in size.split('x'))
-            log(f'scaling: {name} at {height}x{width}, {device}, {dtype or "fp32"}')
-            x = torch.randn(1, 3, height, width, device=device)
-            forward, forward_backward = step_functions(model, x, autocast)
+            log(f'scaling: {name} at {height}x{width}')
+            x = torch.randn(1, 3, height, width)
+            forward, forward_backward = step_functions(model, x,
+                                                       torch.autocast('cpu', enabled=False))
             model.eval()
-            with PeakMemory(device) as mem_fwd:
-                t_fwd = median_time(forward, args.repeats, 1, device)
+            t_fwd = median_time(forward, args.repeats, 1)
             model.train()
-            with PeakMemory(device) as mem_bwd:
-                t_bwd = median_time(forward_backward, max(1, args.repeats // 2), 1, device)
+            t_bwd = median_time(forward_backward, max(1, args.repeats // 2), 1)
             model.zero_grad(set_to_none=True)
-            peaks = ((mem_fwd.peak, mem_bwd.peak) if device == 'cuda' else
-                     cpu_peak_memory(name, size, args.threads))
+            peaks = cpu_peak_memory(name, size, args.threads)
             rows.append(f'| {name} | {height}x{width} | {t_fwd * 1e3:.0f} | {t_bwd * 1e3:.0f} | '
                         f'{peaks[0] / 2**20:.0f} | {peaks[1] / 2**20:.0f} |')
             points.setdefault(name, []).append((height * width, peaks[1] / 2**20, t_bwd * 1e3))
         del model
         gc.collect()
     lines = [
-        f'## Cost against input size ({device.upper()}, {"bf16 autocast" if dtype else "fp32"})',
+        '## Cost against input size (CPU, fp32)',
         '',
         'Batch 1, the backbones in multi-scale mode (all four outputs); ViT-S/16 is timm\'s, with '
-        'dynamic image size. Peak memory: ' +
-        ('the CUDA allocator\'s peak above the model.' if device == 'cuda' else
-         'the resident-set peak (Linux VmHWM) of a fresh process above its level with the model '
-         'built; forward+backward is the peak of one training step.'),
+        'dynamic image size. Peak memory: the resident-set peak (Linux VmHWM) of a fresh process '
+        'above its level with the model built; forward+backward is the peak of one training '
+        'step.',
         'Linearity: the 1024² figure over the linear extrapolation from 224² '
         '(1.0 = exactly linear in pixels; target ≤ 1.1 for TransCNN and NesT).', '',
         '| backbone | input | forward (ms) | forward+backward (ms) | peak memory forward (MiB) | '

@@ -1,6 +1,6 @@
 """Forward latency against the references, A/B alternating (``--sections speed``), and where
 the CPU time goes per op (``--sections profile``)."""
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 import torch.nn as nn
@@ -22,51 +22,41 @@ def speed_pairs(args):
         yield (family, *reference_pair(family, official.get(family)))
 
 
-def ratio_runs(ours, reference, args, device: str):
+def ratio_runs(ours, reference, args):
     """(median ms of ours, of the reference, [ours / reference of each run])."""
     t_ours, t_ref, ratios = ab_ratio_runs(ours, reference, args.ratio_runs, args.repeats,
-                                          args.warmup, device)
+                                          args.warmup)
     return t_ours * 1e3, t_ref * 1e3, ratios
 
 
-def autocast_context(device: str, dtype: Optional[torch.dtype]):
-    return (torch.autocast(device_type=device, dtype=dtype) if dtype else
-            torch.autocast(device_type=device, enabled=False))
-
-
-def section_speed(args, device: str = 'cpu', dtype: Optional[torch.dtype] = None) -> List[str]:
+def section_speed(args) -> List[str]:
     rows = []
-    autocast = autocast_context(device, dtype)
     for family, reference, ours, size, ref_name in speed_pairs(args):
-        reference, ours = reference.to(device), ours.to(device)
         label = SPEED_LABELS[family]
         for batch in args.batches:
-            log(f'speed: {label} vs {ref_name}, batch {batch}, {device}, {dtype or "fp32"}')
-            x = torch.randn(batch, 3, size, size, device=device)
-            with torch.no_grad(), autocast:
-                diff = (ours(x).float() - reference(x).float()).abs().max().item()
-                t_ours, t_ref, ratios = ratio_runs(lambda: ours(x), lambda: reference(x), args,
-                                                   device)
+            log(f'speed: {label} vs {ref_name}, batch {batch}')
+            x = torch.randn(batch, 3, size, size)
+            with torch.no_grad():
+                diff = (ours(x) - reference(x)).abs().max().item()
+                t_ours, t_ref, ratios = ratio_runs(lambda: ours(x), lambda: reference(x), args)
             rows.append(f'| {label} vs {ref_name}, {size} | {batch} | {t_ours:.1f} | '
                         f'{t_ref:.1f} | {spread(ratios)} | {diff:.1e} |')
         reference = ours = None  # free them before the next family
     if 'TransCNN' in args.families:
         arch = SCALING_ARCHS['TransCNN']
-        hmhsa = build_backbone('TransCNN', arch).eval().to(device)
+        hmhsa = build_backbone('TransCNN', arch).eval()
         # Grid 1 everywhere: every stage runs plain global attention (as TransCNN's stage 4).
         settings = dict(hmhsa.arch_zoo[arch], grid_sizes=[1, 1, 1, 1])
-        plain = build_backbone('TransCNN', settings).eval().to(device)
+        plain = build_backbone('TransCNN', settings).eval()
         for batch in args.batches:
-            log(f'speed: TransCNN H-MHSA vs global attention, batch {batch}, {device}')
-            x = torch.randn(batch, 3, 256, 256, device=device)
-            with torch.no_grad(), autocast:
-                t_ours, t_ref, ratios = ratio_runs(lambda: hmhsa(x), lambda: plain(x), args,
-                                                   device)
+            log(f'speed: TransCNN H-MHSA vs global attention, batch {batch}')
+            x = torch.randn(batch, 3, 256, 256)
+            with torch.no_grad():
+                t_ours, t_ref, ratios = ratio_runs(lambda: hmhsa(x), lambda: plain(x), args)
             rows.append(f'| TransCNN-B (H-MHSA) vs global attention, 256 | {batch} | '
                         f'{t_ours:.1f} | {t_ref:.1f} | {spread(ratios)} | — |')
-    title = f'{device.upper()}, {"bf16 autocast" if dtype else "fp32"}'
     return [
-        f'## Speed against the reference ({title})', '',
+        '## Speed against the reference (CPU, fp32)', '',
         f'Forward latency of the ImageNet classifiers on the same weights (the reference\'s, '
         f'converted by our converter tool). One run: {args.repeats} forwards of each model after '
         f'{args.warmup} warm-up forwards, the two alternating A/B; {args.ratio_runs} runs. '
