@@ -295,9 +295,8 @@ def test_word_maps_add_to_the_upsampled_sentences(size):
     for i in (2, 3):
         torch.testing.assert_close(with_words[i], without[i])
     state = model.forward_stage(model.stages[0], model.forward_stem(x))
-    padded = state.padded
-    fine = model.stages[0].word_map(state.words, 2, padded)[..., :with_words[0].shape[-2],
-                                                            :with_words[0].shape[-1]]
+    fine = model.stages[0].word_map(state.words, 2, state.padded)
+    fine = fine[..., :with_words[0].shape[-2], :with_words[0].shape[-1]]
     torch.testing.assert_close(with_words[0], without[0] + fine)
     assert not torch.allclose(with_words[1], without[1])
 

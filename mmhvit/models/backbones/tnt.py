@@ -517,12 +517,12 @@ class TNT(HViTBackbone):
         return state._replace(words=words, sentences=sentences)
 
     def stage_output(self, index: int, state: TNTState) -> torch.Tensor:
-        return self._output(index, state.sentences, state.real, state.padded, state.size,
-                            state.words)
+        return self._output(index, state.sentences, state.words, state.real, state.padded,
+                            state.size)
 
-    def _output(self, index: int, sentences: torch.Tensor, real: Tuple[int, int],
-                padded: Tuple[int, int], size: Tuple[int, int],
-                words: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _output(self, index: int, sentences: torch.Tensor, words: torch.Tensor,
+                real: Tuple[int, int], padded: Tuple[int, int],
+                size: Tuple[int, int]) -> torch.Tensor:
         if self.out_type == 'cls_token':
             return sentences[:, 0]
         batch, _, channels = sentences.shape
