@@ -457,4 +457,7 @@ def test_bad_configuration():
         TNT(dict(TINY, patch_size=12))
     with pytest.raises(ValueError, match='patch_size and word_size must be powers of two'):
         TNT(dict(TINY, patch_size=4, word_size=8))
+    for flag in ('final_norm', 'legacy', 'word_maps'):
+        with pytest.raises(TypeError, match=f'{flag} must be a bool, got 1'):
+            tiny(**{flag: 1})
     assert TNT('S').arch_name == 'small' and TNT('small').arch_settings['depths'] == [3] * 4
