@@ -82,7 +82,7 @@ def official_keys(family, name):
 # --- short runs of the quickstart configs on the generated shapes data ---------------------------
 DETECTOR_CONFIGS = {
     'retinanet': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
-    'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_8e_shapes.py',
+    'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_16e_shapes.py',
 }
 
 

@@ -155,7 +155,7 @@ print(cfg.train_cfg.max_epochs, len(model.extract_feat(torch.randn(1, 3, 96, 96)
 
 @pytest.mark.parametrize('config', [
     'retinanet_tnt_s_coco.py', 'upernet_nest_t_ade20k.py', 'transcnn_b_in1k.py',
-    'quickstart/mask-rcnn_transcnn-q_8e_shapes.py'])  # every library; relative bases, {{_base_.x}}
+    'quickstart/mask-rcnn_transcnn-q_16e_shapes.py'])  # every library; relative bases, {{_base_.x}}
 def test_dumped_config_equals_its_source(config, tmp_path):
     """A config written by `mmhvit dump` loads to the same settings as its source."""
     from mmengine.config import Config

@@ -5,7 +5,7 @@
 #
 #   bash tools/quickstart.sh                                 # RetinaNet + TransCNN (the default)
 #   TASK=seg BACKBONE=nest bash tools/quickstart.sh          # any task x backbone pair
-#   CONFIG=configs/quickstart/mask-rcnn_tnt-q_8e_shapes.py bash tools/quickstart.sh
+#   CONFIG=configs/quickstart/mask-rcnn_tnt-q_16e_shapes.py bash tools/quickstart.sh
 #   (a UperNet config first trains its backbone's classifier config when that checkpoint is missing)
 #
 # TASK: det (RetinaNet), ins (Mask R-CNN), seg (UperNet), cls (ImageClassifier).

@@ -2,4 +2,4 @@
 _base_ = './_mask-rcnn_shapes.py'
 model = dict(backbone={{_base_.backbones.tnt}},
              neck=dict(in_channels={{_base_.channels.tnt}}))
-work_dir = './work_dirs/mask-rcnn_tnt-q_8e_shapes'
+work_dir = './work_dirs/mask-rcnn_tnt-q_16e_shapes'

@@ -3,4 +3,4 @@
 _base_ = './_mask-rcnn_shapes.py'
 model = dict(backbone={{_base_.backbones.r18}},
              neck=dict(in_channels={{_base_.channels.r18}}))
-work_dir = './work_dirs/mask-rcnn_r18_8e_shapes'
+work_dir = './work_dirs/mask-rcnn_r18_16e_shapes'
