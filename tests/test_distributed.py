@@ -38,7 +38,9 @@ def free_port():
 
 def launch(args, env=None, timeout=600):
     """Start a repository tool (a bash script or a Python file); the process, not waited for."""
+    # PYTHONFAULTHANDLER: a rank that aborts prints where (its Python stack) into the output.
     env = dict(os.environ, **(env or {}), PYTHON=sys.executable, OMP_NUM_THREADS='1',
+               PYTHONFAULTHANDLER='1',
                PYTHONPATH=os.pathsep.join([REPO, osp.join(REPO, 'tests')]))
     command = ['bash', *args] if args[0].endswith('.sh') else [sys.executable, *args]
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,

@@ -4,10 +4,12 @@ import glob
 import json
 import os
 import os.path as osp
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import DETECTOR_CONFIGS, run_tool, short_run_options
+from conftest import DETECTOR_CONFIGS, REPO, run_tool, short_run_options
 
 pytestmark = pytest.mark.e2e
 
@@ -83,3 +85,35 @@ def test_compile_config_gets_the_eager_optimizer_step_hook():
     before = model.weight.detach().clone()
     loss = torch.compile(train_step, backend='eager')(torch.randn(3, 4))
     assert torch.isfinite(loss) and not torch.equal(model.weight, before)
+
+
+RANK_END = '''
+import logging, os, sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from mmhvit.utils import close_process_group, exit_rank
+assert close_process_group() is False  # no group: nothing to close
+os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[1], RANK='0', WORLD_SIZE='1')
+dist.init_process_group('gloo')
+model = DistributedDataParallel(torch.nn.Linear(2, 2))
+model(torch.ones(1, 2)).sum().backward()
+del model
+assert close_process_group() is True and not dist.is_initialized()
+logging.basicConfig(filename=sys.argv[2], level=logging.INFO)
+logging.getLogger().info('logged last')
+print('printed last', end='')  # block-buffered into a pipe: lost unless exit_rank flushes
+exit_rank(3)
+print('never')
+'''
+
+
+def test_a_rank_closes_its_group_and_exits_with_its_output_flushed(tmp_path):
+    from test_distributed import free_port
+    log = tmp_path / 'rank.log'
+    result = subprocess.run([sys.executable, '-c', RANK_END, str(free_port()), str(log)],
+                            capture_output=True, text=True, timeout=120,
+                            env={**{k: v for k, v in os.environ.items() if k != 'PYTHONUNBUFFERED'},
+                                 'PYTHONPATH': REPO})
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == 'printed last'
+    assert 'logged last' in log.read_text()

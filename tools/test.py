@@ -10,12 +10,13 @@ import json
 import os
 import os.path as osp
 
-import torch.distributed as dist
 from mmengine.config import Config, DictAction
 
 from mmhvit.utils import (
     add_debug_argument,
     build_runner,
+    close_process_group,
+    exit_rank,
     prepare_runner_config,
     reports_user_errors,
 )
@@ -87,10 +88,8 @@ def main(argv=None):
     if args.metrics_out:
         with open(args.metrics_out, 'w') as f:
             json.dump({k: _plain(v) for k, v in metrics.items()}, f, indent=1)
-    if dist.is_initialized():
-        # An open gloo group at interpreter exit can abort a rank ("terminate called ...").
-        dist.barrier()
-        dist.destroy_process_group()
+    del runner
+    return close_process_group()
 
 
 def _plain(value):
@@ -102,4 +101,5 @@ def _plain(value):
 
 
 if __name__ == '__main__':
-    main()
+    if main():
+        exit_rank()

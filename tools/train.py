@@ -7,13 +7,14 @@ import argparse
 import logging
 import os
 
-import torch.distributed as dist
 from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 
 from mmhvit.utils import (
     add_debug_argument,
     build_runner,
+    close_process_group,
+    exit_rank,
     prepare_runner_config,
     reports_user_errors,
 )
@@ -74,11 +75,10 @@ def main(argv=None):
     # a config with a `strategy` (configs/_fsdp.py) gets MMEngine's FlexibleRunner
     runner = build_runner(cfg)
     runner.train()
-    if dist.is_initialized():
-        # An open gloo group at interpreter exit can abort a rank ("terminate called ...").
-        dist.barrier()
-        dist.destroy_process_group()
+    del runner
+    return close_process_group()
 
 
 if __name__ == '__main__':
-    main()
+    if main():
+        exit_rank()

@@ -1,6 +1,12 @@
 from .cli_errors import add_debug_argument, reports_user_errors
 from .flops import count_flops, count_params
-from .launch import allow_training_checkpoints, build_runner, prepare_runner_config
+from .launch import (
+    allow_training_checkpoints,
+    build_runner,
+    close_process_group,
+    exit_rank,
+    prepare_runner_config,
+)
 from .measure import (
     PeakMemory,
     ab_ratio_runs,
@@ -14,7 +20,8 @@ from .measure import (
 )
 
 __all__ = [
-    'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'add_debug_argument',
+    'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'close_process_group',
+    'exit_rank', 'add_debug_argument',
     'reports_user_errors', 'count_flops', 'count_params', 'PeakMemory', 'ab_ratio_runs',
     'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time', 'spread',
     'step_functions', 'synchronize'

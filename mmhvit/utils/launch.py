@@ -1,6 +1,9 @@
 """What tools/train.py and tools/test.py share: one config, any OpenMMLab task, GPU or CPU ranks."""
+import gc
+import logging
 import os
 import os.path as osp
+import sys
 from unittest import mock
 
 import torch
@@ -28,6 +31,34 @@ def _init_cpu_process_group(launcher: str) -> None:
             _init_dist_slurm('gloo')
     else:
         dist.init_process_group(backend='gloo')
+
+
+def close_process_group() -> bool:
+    """End a distributed run on every rank together; returns whether there was a group to close.
+
+    Call it once the caller has dropped its runner: collecting the DDP wrapper first frees its
+    reducer's hold on the group while the group and the interpreter are alive.
+    """
+    if not dist.is_initialized():
+        return False
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+    return True
+
+
+def exit_rank(status: int = 0) -> None:
+    """Leave a finished rank's process at once, its output flushed.
+
+    A rank left to interpreter finalization now and then aborts after its work is done
+    ("terminate called without an active exception", SIGABRT: C++ objects of the torch.distributed
+    stack torn down with the interpreter), which fails a run that has trained and saved everything.
+    Only for a script's ``__main__``: it ends the calling process.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)
 
 
 def prepare_runner_config(cfg: Config, launcher: str, work_dir: str = None,
