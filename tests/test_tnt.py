@@ -15,6 +15,7 @@ from mmhvit.models.backbones import TNT
 from mmhvit.models.backbones.tnt import words_to_map
 from mmhvit.models.converters.tnt import (
     convert_tnt_checkpoint,
+    describe_tnt_checkpoint,
     detect_tnt_layout,
     timm_to_official,
 )
@@ -283,6 +284,55 @@ def test_word_maps_only_where_the_output_is_finer_than_the_sentences():
 
 
 @torch.no_grad()
+def test_conv_stem_makes_the_words_from_the_whole_image():
+    """The convolutional stem (arch ``conv_stem``) sees across patch borders, where the official
+    per-patch 7x7 conv does not: a pixel changed in one sentence moves its neighbour's words."""
+    torch.manual_seed(0)
+    stem = tiny(arch=dict(TINY, conv_stem=True)).eval().patch_embed
+    official = tiny().eval().patch_embed
+    x = torch.randn(1, 3, 32, 32)
+    changed = x.clone()
+    changed[..., 0, 15] += 10  # the last column of the top-left 16 x 16 sentence
+    for embed, crosses in ((stem, True), (official, False)):
+        neighbour = (embed.words(x) - embed.words(changed))[1]  # the sentence to its right
+        assert (neighbour.abs().amax() > 0) == crosses
+    # one 3x3 stride-2 conv + BN + ReLU per halving of the 4-px words (d/4, d/2 wide), then 1x1
+    convs = [m for m in stem.word_embed.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.stride) for c in convs] == [
+        (DIM // 4, (2, 2)), (DIM // 2, (2, 2)), (TINY['inner_dims'], (1, 1))]
+
+
+def test_conv_stem_checkpoint_loads_into_a_conv_stem_model(tmp_path):
+    """A conv-stem classifier's weights start a conv-stem segmenter (the UperNet quickstart)."""
+    torch.manual_seed(0)
+    arch = dict(TINY, conv_stem=True)
+    src = tiny(arch=arch).eval()
+    path = tmp_path / 'classifier.pth'
+    torch.save({'state_dict': {'backbone.' + k: v for k, v in src.state_dict().items()}}, path)
+    model = tiny(arch=arch, init_cfg=dict(type='Pretrained', checkpoint=str(path),
+                                          prefix='backbone.')).eval()
+    model.init_weights()
+    x = torch.randn(1, 3, 48, 64)
+    with torch.no_grad():
+        for a, b in zip(src(x), model(x)):
+            torch.testing.assert_close(a, b)
+    assert describe_tnt_checkpoint(src.state_dict(), TNT).endswith('(conv stem)')
+
+
+@pytest.mark.parametrize('size', [(64, 64), (50, 90), (17, 33)])
+def test_conv_stem_at_odd_sizes_trains(size):
+    torch.manual_seed(0)
+    model = tiny(arch=dict(TINY, conv_stem=True))
+    outs = model(torch.randn(2, 3, *size))
+    assert [tuple(o.shape[-2:]) for o in outs] == [
+        (math.ceil(size[0] / s), math.ceil(size[1] / s)) for s in (4, 8, 16, 32)]
+    sum(o.mean() for o in outs).backward()
+    assert all(p.grad is not None for p in model.patch_embed.word_embed.parameters())
+    # the official archs keep the official stem (their checkpoints' word_embed)
+    assert isinstance(TNT('small').patch_embed.word_embed, torch.nn.Conv2d)
+
+
+@torch.no_grad()
 @pytest.mark.parametrize('size', [(64, 64), (50, 90)])
 def test_word_maps_add_to_the_upsampled_sentences(size):
     torch.manual_seed(0)
@@ -460,4 +510,6 @@ def test_bad_configuration():
     for flag in ('final_norm', 'legacy', 'word_maps'):
         with pytest.raises(TypeError, match=f'{flag} must be a bool, got 1'):
             tiny(**{flag: 1})
+    with pytest.raises(TypeError, match='arch conv_stem must be a bool, got 1'):
+        TNT(dict(TINY, conv_stem=1))
     assert TNT('S').arch_name == 'small' and TNT('small').arch_settings['depths'] == [3] * 4

@@ -27,11 +27,14 @@ backbones = dict(
         arch=dict(embed_dims=[32, 64, 128, 256], depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8],
                   block_size=8),
         pretrain_img_size=256, drop_path_rate=0.),
-    # TNT with 4 blocks of 128-wide sentences (8-wide words); one block per pyramid output.
+    # TNT with 4 blocks of 128-wide sentences (8-wide words); one block per pyramid output. Its
+    # words come from a convolutional stem (conv_stem): with the official per-patch 7x7 conv this
+    # TNT trained from scratch stayed below ResNet-18 (Mask R-CNN segm mAP 0.452 against 0.804
+    # with the stem; docs/quickstart_results.md, 'TNT: causes, measured').
     tnt=dict(
         _delete_=True, type='mmhvit.TNT',
         arch=dict(embed_dims=128, inner_dims=8, depths=[1, 1, 1, 1], num_heads=4,
-                  inner_num_heads=2),
+                  inner_num_heads=2, conv_stem=True),
         pretrain_img_size=256, drop_path_rate=0.),
     # A quarter-width PyramidTNT-S (sentences 32-128 wide, heads of 32 channels) with its own
     # 2-8-4-2 blocks and key pooling; words half-width (4 channels, 4 per head: 2 would be

@@ -10,7 +10,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
+from mmcv.cnn import ConvModule, build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
@@ -155,22 +155,34 @@ class TNTEmbed(nn.Module):
 
     A 7x7 stride-4 conv gives 4 x 4 words of c channels per 16 x 16 patch (the official layout
     convolves each patch on its own, zero padding at patch borders; the legacy layout convolves
-    the whole image), plus a word position embedding shared by all sentences. A sentence starts
+    the whole image), plus a word position embedding shared by all sentences. ``conv_stem``
+    replaces the 7x7 conv by a convolutional stem over the whole image (`Xiao et al. 2021
+    <https://arxiv.org/abs/2106.14881>`_): one 3x3 stride-2 conv + BN + ReLU per halving (widths
+    d / 2^k up to d / 2), then a 1x1 conv to c. A sentence starts
     as ``norm2(proj(norm1(its flattened words)))``; a class token is prepended and the sentence
     position embedding (interpolated to the real sentence grid) added.
     """
 
     def __init__(self, in_channels: int, inner_dims: int, embed_dims: int,
                  pos_grid: Tuple[int, int], norm_cfg: dict, drop_rate: float = 0.,
-                 legacy: bool = False, patch_size: int = PATCH_SIZE, word_size: int = WORD_SIZE):
+                 legacy: bool = False, patch_size: int = PATCH_SIZE, word_size: int = WORD_SIZE,
+                 conv_stem: bool = False):
         super().__init__()
-        self.legacy = legacy
+        self.legacy, self.conv_stem = legacy, conv_stem
         self.pos_grid = pos_grid
         self.patch_size = patch_size
         self.words_per_side = patch_size // word_size
         num_words = self.words_per_side**2
-        self.word_embed = nn.Conv2d(in_channels, inner_dims, kernel_size=7, stride=word_size,
-                                    padding=3)
+        if conv_stem:
+            halvings = int(math.log2(word_size))
+            widths = [in_channels] + [embed_dims // 2**(halvings - k) for k in range(halvings)]
+            self.word_embed = nn.Sequential(*[
+                ConvModule(c_in, c_out, 3, stride=2, padding=1, norm_cfg=dict(type='BN'))
+                for c_in, c_out in zip(widths, widths[1:])
+            ], nn.Conv2d(widths[-1], inner_dims, 1))
+        else:
+            self.word_embed = nn.Conv2d(in_channels, inner_dims, kernel_size=7, stride=word_size,
+                                        padding=3)
         self.word_pos_embed = nn.Parameter(torch.zeros(1, num_words, inner_dims))
         self.norm1 = build_norm_layer(norm_cfg, num_words * inner_dims)[1]
         self.proj = nn.Linear(num_words * inner_dims, embed_dims)
@@ -185,7 +197,7 @@ class TNTEmbed(nn.Module):
         batch, channels, height, width = x.shape
         patch, side = self.patch_size, self.words_per_side
         rows, cols = height // patch, width // patch
-        if self.legacy:
+        if self.legacy or self.conv_stem:
             x = self.word_embed(x)
             x = x.reshape(batch, -1, rows, side, cols, side)
             x = x.permute(0, 2, 4, 3, 5, 1).reshape(batch * rows * cols, side * side, -1)
@@ -333,7 +345,9 @@ class TNT(HViTBackbone):
             ViTDet's pyramid from the last map), ``num_heads``, ``inner_num_heads`` and optionally
             ``mlp_ratio`` (4), ``se`` (False), ``qkv_bias`` (False), ``patch_size`` (16, pixels
             per sentence side) and ``word_size`` (4, pixels per word side; both powers of two,
-            the official archs use the defaults). Default: 'small'.
+            the official archs use the defaults) and ``conv_stem`` (False: the official 7x7 word
+            embedding; True: a convolutional stem, see :class:`TNTEmbed`; new weights, for
+            training from scratch). Default: 'small'.
         pretrain_img_size (int | tuple): Image size the sentence position embedding is stored for
             (its grid is this size // the patch size). Default: 224.
         out_type (str): ``'pyramid'``: NCHW maps at strides 4, 8, 16, 32; ``'raw'``: the stride-16
@@ -378,7 +392,7 @@ class TNT(HViTBackbone):
     }
     essential_keys = ('embed_dims', 'inner_dims', 'depths', 'num_heads', 'inner_num_heads')
     optional_keys = dict(mlp_ratio=4., se=False, qkv_bias=False, patch_size=PATCH_SIZE,
-                         word_size=WORD_SIZE)
+                         word_size=WORD_SIZE, conv_stem=False)
     default_norm_cfg = dict(type='LN')
     default_act_cfg = dict(type='GELU')
 
@@ -425,6 +439,8 @@ class TNT(HViTBackbone):
             raise ValueError(f'TNT: arch depths must be {self.num_stages} block counts (>= 0, '
                              f'at least one block), got {depths}')
         settings['depths'] = [int(d) for d in depths]
+        if not isinstance(settings['conv_stem'], bool):
+            raise TypeError(f"TNT: arch conv_stem must be a bool, got {settings['conv_stem']!r}")
         for dims, heads in (('embed_dims', 'num_heads'), ('inner_dims', 'inner_num_heads')):
             if settings[dims] % settings[heads]:
                 raise ValueError(f'TNT: {dims}={settings[dims]} is not divisible by '
@@ -458,7 +474,7 @@ class TNT(HViTBackbone):
         self.stage_channels = (s['embed_dims'], ) * self.num_stages
         self.patch_embed = TNTEmbed(self.in_channels, s['inner_dims'], s['embed_dims'],
                                     self.pos_grid, self.norm_cfg, self.drop_rate, self.legacy,
-                                    s['patch_size'], s['word_size'])
+                                    s['patch_size'], s['word_size'], s['conv_stem'])
         num_words = (s['patch_size'] // s['word_size'])**2
         last_stage = max(i for i, depth in enumerate(s['depths']) if depth)
         for i, rates in enumerate(self.drop_path_schedule(s['depths'])[:self.num_built_stages]):

@@ -61,15 +61,17 @@ _OFFICIAL_BLOCK_NAMES = {
 def detect_tnt_layout(state_dict: Dict[str, torch.Tensor]) -> str:
     """'ours', 'official', 'timm' or 'mmpretrain'; raises for anything else."""
     keys = set(state_dict)
-    if 'patch_embed.pos_embed' in keys and 'patch_embed.word_embed.weight' in keys:
+    # (the word embedding's keys depend on the stem: a conv or the conv_stem's layers)
+    if 'patch_embed.pos_embed' in keys and 'patch_embed.word_pos_embed' in keys:
         return 'ours'
     if 'outer_pos' in keys and 'patch_embed.proj.weight' in keys:
         return 'official'
     if 'patch_pos' in keys and 'pixel_embed.proj.weight' in keys:
         return 'mmpretrain' if any(k.startswith('layers.') for k in keys) else 'timm'
     raise ValueError('not a TNT checkpoint of a known layout (mmhvit, official, timm or '
-                     'mmpretrain): no patch_embed.pos_embed, outer_pos + patch_embed.proj or '
-                     f'patch_pos + pixel_embed.proj keys; first keys: {sorted(keys)[:6]}')
+                     'mmpretrain): no patch_embed.pos_embed + word_pos_embed, outer_pos + '
+                     'patch_embed.proj or patch_pos + pixel_embed.proj keys; first keys: '
+                     f'{sorted(keys)[:6]}')
 
 
 def timm_to_official(state_dict: Dict[str, torch.Tensor]) -> 'OrderedDict[str, torch.Tensor]':
@@ -216,6 +218,8 @@ def describe_tnt_checkpoint(state_dict: Dict[str, torch.Tensor], family) -> str:
     depth = len({tuple(k.split('.')[1:4:2]) for k in state_dict if k.startswith('stages.')
                  and '.blocks.' in k})
     legacy = ' (legacy)' if any(k.endswith('word_proj.proj.bias') for k in state_dict) else ''
+    if 'patch_embed.word_embed.0.conv.weight' in state_dict:
+        legacy += ' (conv stem)'
     for name, arch in family.arch_zoo.items():
         if len(name) > 2 and (arch['inner_dims'], arch['embed_dims'],
                               sum(arch['depths'])) == (inner_dims, embed_dims, depth):
