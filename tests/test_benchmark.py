@@ -70,6 +70,22 @@ def test_benchmark_tool_writes_well_formed_tables(tmp_path):
     assert all(float(row[1]) > 0 for row in quickstart.values())
 
 
+def test_quickstart_section_finds_every_config():
+    """Every task x backbone of the quickstart section names one existing config, whatever its
+    schedule (the Mask R-CNN configs were renamed _8e_ -> _16e_ under a hard-coded name once)."""
+    from mmhvit.analysis.benchmark.quickstart_speed import (
+        QUICKSTART_ALGOS,
+        QUICKSTART_BACKBONES,
+        quickstart_config,
+    )
+    for algo in QUICKSTART_ALGOS:
+        for backbone in QUICKSTART_BACKBONES:
+            assert osp.isfile(quickstart_config(algo, backbone))
+    assert quickstart_config('mask-rcnn', 'tnt-q').endswith('mask-rcnn_tnt-q_16e_shapes.py')
+    with pytest.raises(FileNotFoundError, match=r'one quickstart config retinanet_vit_\*'):
+        quickstart_config('retinanet', 'vit')
+
+
 @pytest.mark.parametrize('family', ['TransCNN', 'HAT-Net'])
 def test_reference_pair_holds_the_same_weights(family):
     """The speed section's pair: the official model (the restatement, under the official key
