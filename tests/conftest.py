@@ -18,6 +18,7 @@ import json
 import os
 import os.path as osp
 import runpy
+import socket
 import subprocess
 import sys
 import threading
@@ -61,6 +62,13 @@ def tool_env():
     env = dict(os.environ)
     env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
     return env
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (a process group's master port)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
 
 
 def run_in_process(script, *args):

@@ -7,7 +7,6 @@ No ``out_indices`` / ``frozen_stages`` makes DDP (with ``find_unused_parameters=
 parameter without a gradient.
 """
 import os
-import socket
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from conftest import free_port
 from torch.nn.parallel import DistributedDataParallel
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
@@ -92,12 +92,6 @@ def _rank(rank, port, out_file):
         torch.save(dict(results=results, unused_errors=unused_errors), out_file)
     dist.barrier()
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope='module')

@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import os.path as osp
-import socket
 import stat
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import textwrap
 
 import pytest
 import torch
-from conftest import DETECTOR_CONFIGS, REPO, short_run_options, training_scalars
+from conftest import DETECTOR_CONFIGS, REPO, free_port, short_run_options, training_scalars
 
 from mmhvit.testing import TINY_ARCHS
 
@@ -28,12 +27,6 @@ pytestmark = pytest.mark.e2e
 
 CLASSIFIER = 'configs/quickstart/classifier_nest-q_20e_shapes.py'
 EPOCHS, IMAGES, PER_RANK = 2, 8, 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
 
 
 def launch(args, env=None, timeout=600):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import DETECTOR_CONFIGS, REPO, run_tool, short_run_options
+from conftest import DETECTOR_CONFIGS, REPO, free_port, run_tool, short_run_options
 
 pytestmark = pytest.mark.e2e
 
@@ -108,7 +108,6 @@ print('never')
 
 
 def test_a_rank_closes_its_group_and_exits_with_its_output_flushed(tmp_path):
-    from test_distributed import free_port
     log = tmp_path / 'rank.log'
     result = subprocess.run([sys.executable, '-c', RANK_END, str(free_port()), str(log)],
                             capture_output=True, text=True, timeout=120,

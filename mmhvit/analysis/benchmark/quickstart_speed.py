@@ -62,16 +62,15 @@ def section_quickstart(args) -> List[str]:
                    capture_output=True)
     rows = []
     for algo in args.quickstart_algos:
+        configs = {backbone: quickstart_config(algo, backbone) for backbone in QUICKSTART_BACKBONES}
         seconds = {}
-        for backbone in QUICKSTART_BACKBONES:
-            config = quickstart_config(algo, backbone)
+        for backbone, config in configs.items():
             log(f'quickstart: {osp.basename(config)}')
-            seconds[config] = quickstart_iteration_time(config, data + '/', args.repeats,
-                                                        args.warmup)
-        baseline = seconds[quickstart_config(algo, 'r18')]
-        for config, value in seconds.items():
-            rows.append(f'| {osp.basename(config)[:-len(".py")]} | {value:.2f} | '
-                        f'{value / baseline:.2f} |')
+            seconds[backbone] = quickstart_iteration_time(config, data + '/', args.repeats,
+                                                          args.warmup)
+        for backbone, value in seconds.items():
+            rows.append(f'| {osp.basename(configs[backbone])[:-len(".py")]} | {value:.2f} | '
+                        f'{value / seconds["r18"]:.2f} |')
     return [
         '## Quickstart training speed (CPU, fp32)', '',
         'Seconds per training iteration (MMEngine `train_step`: forward, loss, backward, AdamW '

@@ -217,11 +217,11 @@ def describe_tnt_checkpoint(state_dict: Dict[str, torch.Tensor], family) -> str:
         return 'unknown (no patch_embed.word_pos_embed / pos_embed)'
     depth = len({tuple(k.split('.')[1:4:2]) for k in state_dict if k.startswith('stages.')
                  and '.blocks.' in k})
-    legacy = ' (legacy)' if any(k.endswith('word_proj.proj.bias') for k in state_dict) else ''
+    marks = ' (legacy)' if any(k.endswith('word_proj.proj.bias') for k in state_dict) else ''
     if 'patch_embed.word_embed.0.conv.weight' in state_dict:
-        legacy += ' (conv stem)'
+        marks += ' (conv stem)'
     for name, arch in family.arch_zoo.items():
         if len(name) > 2 and (arch['inner_dims'], arch['embed_dims'],
                               sum(arch['depths'])) == (inner_dims, embed_dims, depth):
-            return name + legacy
-    return f'custom (inner_dims={inner_dims}, embed_dims={embed_dims}, {depth} blocks){legacy}'
+            return name + marks
+    return f'custom (inner_dims={inner_dims}, embed_dims={embed_dims}, {depth} blocks){marks}'
