@@ -173,9 +173,9 @@ def test_command_names_a_missing_config(capsys):
     assert exit_info.value.code == 1
     assert capsys.readouterr().err.startswith(
         "error: 'no_such' is neither a file nor a config of mmhvit")
-    main(['path', 'configs/quickstart/upernet_r18_8e_shapes'])
+    main(['path', 'configs/quickstart/upernet_r18_16e_shapes'])
     assert capsys.readouterr().out.strip() == osp.join(REPO, 'configs', 'quickstart',
-                                                        'upernet_r18_8e_shapes.py')
+                                                        'upernet_r18_16e_shapes.py')
     main(['path'])  # a source checkout: the repository's own configs/ and tools/
     assert capsys.readouterr().out.strip() == REPO
 

@@ -116,7 +116,7 @@ def test_upernet_starts_from_its_classifier(backbone, tmp_path):
     checkpoint = tmp_path / 'weights.pth'
     torch.save(dict(state_dict=classifier.state_dict()), checkpoint)
 
-    cfg, models = build(f'upernet_{backbone}_8e_shapes.py', 'mmseg')
+    cfg, models = build(f'upernet_{backbone}_16e_shapes.py', 'mmseg')
     init_cfg = cfg.model.backbone.init_cfg
     assert init_cfg.type == 'Pretrained' and init_cfg.prefix == 'backbone.'
     assert init_cfg.checkpoint == f'work_dirs/classifier_{backbone}_20e_shapes/weights.pth'

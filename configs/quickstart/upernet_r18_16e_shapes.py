@@ -3,4 +3,4 @@
 _base_ = './_upernet_shapes.py'
 model = dict(backbone={{_base_.backbones_from_classifier.r18}},
              decode_head=dict(in_channels={{_base_.channels.r18}}))
-work_dir = './work_dirs/upernet_r18_8e_shapes'
+work_dir = './work_dirs/upernet_r18_16e_shapes'

@@ -3,4 +3,4 @@
 _base_ = './_upernet_shapes.py'
 model = dict(backbone={{_base_.backbones_from_classifier.nest}},
              decode_head=dict(in_channels={{_base_.channels.nest}}))
-work_dir = './work_dirs/upernet_nest-q_8e_shapes'
+work_dir = './work_dirs/upernet_nest-q_16e_shapes'

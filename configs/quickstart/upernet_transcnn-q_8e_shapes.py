@@ -1,6 +1,0 @@
-# Quickstart: UperNet with a quarter-width TransCNN, initialised from its classifier quickstart
-# (classifier_*_20e_shapes.py), on the bundled shapes data (CPU).
-_base_ = './_upernet_shapes.py'
-model = dict(backbone={{_base_.backbones_from_classifier.transcnn}},
-             decode_head=dict(in_channels={{_base_.channels.transcnn}}))
-work_dir = './work_dirs/upernet_transcnn-q_8e_shapes'
