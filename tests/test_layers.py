@@ -154,3 +154,35 @@ def test_bicubic_matrices_equal_interpolate(size_in, size_out):
     expected = torch.nn.functional.interpolate(pos, size=size_out, mode='bicubic',
                                                align_corners=False)
     torch.testing.assert_close(rows @ pos @ cols.T, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('size_out', [(50, 84), (7, 9), (14, 14)])
+def test_resize_pos_map_is_bicubic_interpolate_with_its_gradient(size_out):
+    """The eager resize (matrices, for speed) gives PyTorch's bicubic values and gradients."""
+    from mmhvit.models.layers.pos_embed import resize_pos_map
+    pos = torch.randn(1, 5, 14, 14, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(1, 5, *size_out, dtype=torch.float64)
+    ours = resize_pos_map(pos, size_out)
+    (grad, ) = torch.autograd.grad((ours * weight).sum(), pos)
+    expected = torch.nn.functional.interpolate(pos, size=size_out, mode='bicubic',
+                                               align_corners=False)
+    (expected_grad, ) = torch.autograd.grad((expected * weight).sum(), pos)
+    torch.testing.assert_close(ours, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)
+    assert (ours is pos) == (size_out == (14, 14))
+
+
+def test_resize_pos_map_in_bfloat16_keeps_large_grids_in_place():
+    """bfloat16 cannot hold the source positions of a 168-wide grid; the matrices are built in
+    float32, so the resize errs like PyTorch's own bfloat16 bicubic kernel, not more."""
+    from mmhvit.models.layers.pos_embed import resize_pos_map
+    pos = torch.randn(1, 8, 14, 14)
+    exact = torch.nn.functional.interpolate(pos, size=(100, 168), mode='bicubic',
+                                            align_corners=False)
+    ours = resize_pos_map(pos.bfloat16(), (100, 168))
+    assert ours.dtype == torch.bfloat16
+    theirs = torch.nn.functional.interpolate(pos.bfloat16(), size=(100, 168), mode='bicubic',
+                                             align_corners=False)
+    our_error = (ours.float() - exact).abs().max()
+    assert our_error < 0.05 * exact.abs().max()
+    assert our_error < 2 * (theirs.float() - exact).abs().max()
