@@ -89,7 +89,7 @@ def official_keys(family, name):
 
 # --- short runs of the quickstart configs on the generated shapes data ---------------------------
 DETECTOR_CONFIGS = {
-    'retinanet': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
+    'retinanet': 'configs/quickstart/retinanet_transcnn-q_16e_shapes.py',
     'mask-rcnn': 'configs/quickstart/mask-rcnn_transcnn-q_16e_shapes.py',
 }
 

@@ -65,8 +65,8 @@ def test_benchmark_tool_writes_well_formed_tables(tmp_path):
 
     quickstart = {row[0]: row for row in tables[5][2:]}
     backbones = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'ptnt-q', 'r18')
-    assert set(quickstart) == {f'retinanet_{b}_10e_shapes' for b in backbones}
-    assert float(quickstart['retinanet_r18_10e_shapes'][2]) == 1.0
+    assert set(quickstart) == {f'retinanet_{b}_16e_shapes' for b in backbones}
+    assert float(quickstart['retinanet_r18_16e_shapes'][2]) == 1.0
     assert all(float(row[1]) > 0 for row in quickstart.values())
 
 

@@ -10,7 +10,7 @@ from PIL import Image
 pytestmark = pytest.mark.e2e
 
 CONFIGS = {
-    'det': 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py',
+    'det': 'configs/quickstart/retinanet_transcnn-q_16e_shapes.py',
     'seg': 'configs/quickstart/upernet_transcnn-q_16e_shapes.py',
     'cls': 'configs/quickstart/classifier_transcnn-q_20e_shapes.py',
 }

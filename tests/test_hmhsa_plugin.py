@@ -117,7 +117,7 @@ def test_training_step_reaches_the_plugin():
     from mmdet.registry import MODELS
     from mmengine.config import Config
     init_default_scope('mmdet')
-    cfg = Config.fromfile(f'{REPO}/configs/quickstart/retinanet_r50-w16-hmhsa_10e_shapes.py')
+    cfg = Config.fromfile(f'{REPO}/configs/quickstart/retinanet_r50-w16-hmhsa_16e_shapes.py')
     # From scratch, MMDet's ResNet zero-initialises bn3, the plugin's input at after_conv3, so the
     # plugin would first see a non-zero map at step 2; pretrained weights (the use case) do not.
     cfg.model.backbone.update(base_channels=8, zero_init_residual=False)

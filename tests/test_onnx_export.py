@@ -34,7 +34,7 @@ pytestmark = pytest.mark.integration
 RTOL, ATOL = 1e-3, 1e-4
 EXPORT_SIZE = (224, 224)
 ODD_SIZE = (200, 328)
-RETINANET = osp.join(REPO, 'configs/quickstart/retinanet_transcnn-q_10e_shapes.py')
+RETINANET = osp.join(REPO, 'configs/quickstart/retinanet_transcnn-q_16e_shapes.py')
 
 
 def tiny_backbone(family: str, **overrides) -> torch.nn.Module:

@@ -123,9 +123,9 @@ def test_installed_command_lists_dumps_and_builds(installed, dist):
     command = osp.join(osp.dirname(python), 'mmhvit')
     assert run([command, 'list'], cwd=work).split() == configs_of_repo()
 
-    out = run([str(python), '-m', 'mmhvit', 'dump', 'quickstart/retinanet_transcnn-q_10e_shapes',
+    out = run([str(python), '-m', 'mmhvit', 'dump', 'quickstart/retinanet_transcnn-q_16e_shapes',
                'merged', '--cfg-options', 'train_cfg.max_epochs=3'], cwd=work).strip()
-    det = work / 'merged' / 'retinanet_transcnn-q_10e_shapes.py'
+    det = work / 'merged' / 'retinanet_transcnn-q_16e_shapes.py'
     assert out == osp.join('merged', det.name) and det.is_file()
 
     # In the venv, from the user's directory: the package and its configs are the wheel's; the

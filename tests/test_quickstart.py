@@ -165,7 +165,7 @@ def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
     from mmhvit.analysis.grad_norms import grad_norms
     root = str(tiny_shapes) + '/'
     norms = grad_norms(
-        osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_10e_shapes.py'), batches=1,
+        osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_16e_shapes.py'), batches=1,
         options={'train_dataloader.batch_size': 2, 'train_dataloader.dataset.data_root': root,
                  'experiment_name': 'grad_norms'})
     # RetinaNet takes strides 8-32: NesT stages 1-3 carry the gradient, stage 0 and the stem too
@@ -177,7 +177,7 @@ def test_grad_norms_tool_reports_every_backbone_stage(tiny_shapes):
 
 def test_overfit_batch_tool_fits_one_batch(tiny_shapes, capsys):
     from mmhvit.analysis.grad_norms import overfit_one_batch
-    config = osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_10e_shapes.py')
+    config = osp.join(REPO, 'configs', 'quickstart', 'retinanet_nest-q_16e_shapes.py')
     options = {'train_dataloader.batch_size': 2,
                'train_dataloader.dataset.data_root': str(tiny_shapes) + '/',
                'experiment_name': 'overfit_batch'}
@@ -216,7 +216,7 @@ def test_results_tool_checks_the_targets():
 
 def test_results_tool_does_not_pass_a_failed_run_on_a_zero_start():
     from mmhvit.analysis import quickstart as tool
-    rows = [dict(config='retinanet_tnt-q_10e_shapes.py', algo='retinanet', task='det',
+    rows = [dict(config='retinanet_tnt-q_16e_shapes.py', algo='retinanet', task='det',
                  backbone='tnt-q', metrics={'bbox mAP': 0.001, 'bbox AP50': 0.006},
                  untrained={'bbox mAP': 0.0, 'bbox AP50': 0.0})]
     assert ('bbox mAP 0.001 = 0.1x untrained (0.000, counted as 0.01): MISSED'

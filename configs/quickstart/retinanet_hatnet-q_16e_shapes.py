@@ -3,4 +3,4 @@
 _base_ = './_retinanet_shapes.py'
 model = dict(backbone={{_base_.backbones_c3_c5.hatnet}},
              neck=dict(in_channels={{_base_.channels_c3_c5.hatnet}}))
-work_dir = './work_dirs/retinanet_hatnet-q_10e_shapes'
+work_dir = './work_dirs/retinanet_hatnet-q_16e_shapes'
