@@ -172,7 +172,7 @@ def test_resize_pos_map_is_bicubic_interpolate_with_its_gradient(size_out):
     assert (ours is pos) == (size_out == (14, 14))
 
 
-def test_resize_pos_map_in_bfloat16_keeps_large_grids_in_place():
+def test_resize_pos_map_in_bfloat16_errs_no_more_than_pytorchs_kernel():
     """bfloat16 cannot hold the source positions of a 168-wide grid; the matrices are built in
     float32, so the resize errs like PyTorch's own bfloat16 bicubic kernel, not more."""
     from mmhvit.models.layers.pos_embed import resize_pos_map
