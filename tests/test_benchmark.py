@@ -1,3 +1,4 @@
+import argparse
 import os.path as osp
 
 import pytest
@@ -205,6 +206,62 @@ def test_detection_summary_is_computed_from_the_figures():
     assert row.endswith('| 0.70 | 0.90 | 1.00 | 1.00 | met |')
     assert table_row('TNT-S', 2, results['TNT-S'], base).endswith('| missed |')
     assert table_row('Swin-T', 2, base, base).endswith('| 1.00 | 1.00 | 1.00 | 1.00 | — |')
+
+
+def test_detection_rows_say_where_a_peak_process_died(monkeypatch):
+    from mmhvit.analysis.benchmark import detection
+    from mmhvit.utils import FreshProcessDied
+
+    def out_of_memory(fn, algo, name, batch, size, training, threads):
+        if training:
+            raise FreshProcessDied('peak_probe was killed by SIGKILL')
+        return 5 * 2**20
+
+    monkeypatch.setattr(detection, 'in_fresh_process', out_of_memory)
+    args = argparse.Namespace(det_size='64x96', threads=1)
+    peak = detection.peaks('mask-rcnn', 'TransCNN-B', 2, args)
+    assert peak == dict(train_peak=None, infer_peak=5 * 2**20)
+
+    def result(train, memory):
+        return dict(train=[train], infer=[1.], train_peak=memory, infer_peak=2**20,
+                    backbone_params=1., params=2., gflops=3.)
+
+    results = {'TransCNN-B': result(0.9, None), 'NesT-T': result(0.7, 90 * 2**20),
+               'Swin-T': result(1., 100 * 2**20)}
+    base = results['Swin-T']
+    # Its memory and memory ratio are unknown, so is its target; its time still counts.
+    assert detection.table_row('TransCNN-B', 2, results['TransCNN-B'], base).endswith(
+        '| 0.900 / 0.900 / 0.900 | 1.000 / 1.000 / 1.000 | died | 1 | 0.90 | — | 1.00 | 1.00 | '
+        'unknown |')
+    line = detection.summary_line('Mask R-CNN', 2, results)
+    assert ('lightest NesT-T (90 MiB) (training peak not measured, its process died: '
+            'TransCNN-B)' in line)
+    assert 'TransCNN-B 0.90x / ?, NesT-T 0.70x / 0.90x' in line
+    assert 'Every family ≤ 1.0x: unknown; the best ≤ 0.8x: time met (0.70x), memory missed ' \
+        '(0.90x).' in line
+
+
+def test_benchmark_writes_each_detector_table_as_it_completes(tmp_path, monkeypatch):
+    """A run that dies in its second detector keeps the first one's table on the page."""
+    from mmhvit.analysis.benchmark import detection
+    monkeypatch.setattr(detection, 'peaks',
+                        lambda algo, name, batch, args: dict(train_peak=1, infer_peak=1))
+
+    def detector_lines(args, algo, height, width, peak):
+        assert set(peak) == {(a, 'NesT-T', 1) for a in ('retinanet', 'mask-rcnn')}  # all first
+        if algo == 'mask-rcnn':
+            raise RuntimeError('the machine ran out of memory')
+        return ['### RetinaNet', '', '| the RetinaNet table |', '']
+
+    monkeypatch.setattr(detection, 'detector_lines', detector_lines)
+    out = tmp_path / 'page.md'
+    with pytest.raises(RuntimeError, match='ran out of memory'):
+        run_in_process('tools/analysis_tools/benchmark.py', '--sections', 'detection',
+                       '--det-algos', 'retinanet', 'mask-rcnn', '--det-backbones', 'NesT-T',
+                       '--det-batches', '1', '--out', str(out))
+    headings = [line for line in out.read_text().splitlines() if line.startswith(('#', '|'))]
+    assert headings == ['# Benchmarks', '## Detectors (CPU, fp32, 800x1344)', '### RetinaNet',
+                        '| the RetinaNet table |']
 
 
 @pytest.mark.parametrize('option, refused', [

@@ -1,10 +1,13 @@
 """The measuring primitives (mmhvit.utils.measure) on cases whose answer is known."""
+import os
+import signal
 import time
 
 import pytest
 import torch
 
 from mmhvit.utils import (
+    FreshProcessDied,
     PeakMemory,
     ab_ratio_runs,
     alternating_samples,
@@ -80,8 +83,21 @@ def test_peak_memory_cpu_sees_an_allocation_in_a_fresh_process():
 
 
 def test_in_fresh_process_propagates_errors():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError) as error:
         in_fresh_process(int, 'not a number')
+    assert 'in the fresh process' in str(error.value.__cause__)  # the child's traceback
+
+
+def kill_myself():
+    os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+
+
+def test_in_fresh_process_raises_when_the_child_dies_instead_of_waiting():
+    with pytest.raises(FreshProcessDied, match=r'killed by SIGKILL .*out-of-memory killer'):
+        in_fresh_process(kill_myself)
+    with pytest.raises(FreshProcessDied, match='exited with code 3 before returning'):
+        in_fresh_process(os._exit, 3)
+    assert in_fresh_process(int, '7') == 7  # and the next call works
 
 
 def test_step_functions_forward_has_no_grad_and_backward_fills_grads():

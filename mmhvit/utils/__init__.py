@@ -8,6 +8,7 @@ from .launch import (
     prepare_runner_config,
 )
 from .measure import (
+    FreshProcessDied,
     PeakMemory,
     ab_ratio_runs,
     alternating_samples,
@@ -21,8 +22,8 @@ from .measure import (
 
 __all__ = [
     'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'close_process_group',
-    'exit_rank', 'add_debug_argument',
-    'reports_user_errors', 'count_flops', 'count_params', 'PeakMemory', 'ab_ratio_runs',
+    'exit_rank', 'add_debug_argument', 'reports_user_errors', 'count_flops', 'count_params',
+    'FreshProcessDied', 'PeakMemory', 'ab_ratio_runs',
     'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time', 'spread',
     'step_functions', 'synchronize'
 ]

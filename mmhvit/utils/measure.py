@@ -5,8 +5,10 @@ these; each is small enough to read at a glance and is tested in ``tests/test_me
 """
 import gc
 import multiprocessing
+import signal
 import statistics
 import time
+import traceback
 from typing import Callable, List, Sequence, Tuple
 
 import torch
@@ -112,17 +114,63 @@ class PeakMemory:
             self.peak = proc_status('VmHWM:') - self.base
 
 
-def _with_threads(threads: int, fn: Callable, args: tuple):
+class FreshProcessDied(RuntimeError):
+    """The process of :func:`in_fresh_process` ended without a result: killed by a signal (the
+    kernel's out-of-memory killer sends SIGKILL) or exited from native code."""
+
+
+class ChildTraceback(Exception):
+    """The traceback of an exception raised in a fresh process, as the cause of the re-raised one
+    (multiprocessing's ``RemoteTraceback`` does the same for a Pool)."""
+
+    def __str__(self):
+        return f'in the fresh process:\n{self.args[0]}'
+
+
+def _run_and_send(conn, threads: int, fn: Callable, args: tuple) -> None:
     torch.set_num_threads(threads)
-    return fn(*args)
+    try:
+        message = (True, fn(*args))
+    except BaseException as error:  # noqa: B902  (handed to the parent, which raises it)
+        message = (False, (error, traceback.format_exc()))
+    try:
+        conn.send(message)
+    except Exception as error:  # an unpicklable result or exception: send what it said
+        conn.send((False, (RuntimeError(f'{type(error).__name__}: {error}'),
+                           traceback.format_exc())))
+    conn.close()
 
 
 def in_fresh_process(fn: Callable, *args, threads: int = 1):
     """``fn(*args)`` in a new (spawned, not forked) process with ``threads`` torch threads; returns
-    its result. ``fn`` must be importable (module level) and its result picklable."""
+    its result. ``fn`` must be importable (module level) and its result picklable.
+
+    An exception in ``fn`` is raised here (the child's traceback as its cause); a child that dies
+    without a result (e.g. killed for memory) raises :class:`FreshProcessDied` instead of leaving
+    the caller waiting, as a ``multiprocessing.Pool`` does when its worker is killed.
+    """
     context = multiprocessing.get_context('spawn')
-    with context.Pool(1) as pool:
-        return pool.apply(_with_threads, (threads, fn, args))
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_run_and_send, args=(sender, threads, fn, args))
+    process.start()
+    sender.close()  # the child's end: recv() then sees EOF when the child dies
+    try:
+        ok, payload = receiver.recv()
+    except EOFError:
+        process.join()
+        code = process.exitcode
+        how = (f'was killed by {signal.Signals(-code).name}' if code < 0 else
+               f'exited with code {code}')
+        hint = ' (the out-of-memory killer sends SIGKILL: see `dmesg`)' if code == -9 else ''
+        raise FreshProcessDied(f'{getattr(fn, "__name__", fn)}{args!r} in a fresh process '
+                               f'{how} before returning a result{hint}') from None
+    finally:
+        receiver.close()
+    process.join()
+    if ok:
+        return payload
+    error, child_traceback = payload
+    raise error from ChildTraceback(child_traceback)
 
 
 def step_functions(model: torch.nn.Module, x: torch.Tensor, autocast):

@@ -10,7 +10,8 @@ size.
         [--official-transcnn PATH/TransCNN.py] [--official-hatnet PATH/HAT_Net.py] [--threads 2]
         [--out docs/benchmarks.md]
 
-Writes a Markdown page of tables (and PNG plots beside it) and prints progress while it runs.
+Writes a Markdown page of tables (and PNG plots beside it), each section (each detector of the
+detection section) as it completes, and prints progress while it runs.
 Sections:
   params   params and FLOPs (with / without the attention matrix products) of every arch's
            ImageNet classifier at its paper resolution, next to the official figures;
@@ -48,7 +49,7 @@ import os
 import os.path as osp
 import platform
 import sys
-from typing import List
+from typing import Iterator, List
 
 import torch
 
@@ -127,26 +128,28 @@ def scaling_lines(args, stem: str) -> List[str]:
     return lines + [f'![CPU scaling]({osp.basename(png)})', '']
 
 
-def page_lines(args) -> List[str]:
+def page_chunks(args) -> Iterator[List[str]]:
+    """The page's lines, a section at a time (the detection section a detector at a time)."""
     stem = osp.splitext(args.out)[0]
     writers = {
         'params': params.section_params, 'speed': speed.section_speed,
         'profile': speed.section_profile, 'scaling': lambda a: scaling_lines(a, stem),
         'quickstart': quickstart_speed.section_quickstart,
-        'plugins': plugins.section_plugins, 'detection': detection.section_detection,
+        'plugins': plugins.section_plugins,
         'detection-profile': detection.section_detection_profile
     }
     cpu_name = platform.processor() or platform.machine()
-    lines = [
+    yield [
         '# Benchmarks', '',
         f'Measured {datetime.date.today().isoformat()} with `tools/analysis_tools/benchmark.py '
         f'{" ".join(sys.argv[1:])}`: torch {torch.__version__}, {cpu_name}, '
         f'{args.threads} CPU threads.', ''
     ]
     for section in SECTIONS:  # the page's order, whatever the order on the command line
-        if section in args.sections:
-            lines += writers[section](args)
-    return lines
+        if section == 'detection' and section in args.sections:
+            yield from detection.section_detection(args)
+        elif section in args.sections:
+            yield writers[section](args)
 
 
 def main(argv=None):
@@ -154,10 +157,13 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-    lines = page_lines(args)
+    # Written as each part completes: a run that dies late keeps what it measured.
     with open(args.out, 'w') as f:
-        f.write('\n'.join(lines))
-    log(f'wrote {args.out}')
+        for lines in page_chunks(args):
+            f.write('\n'.join(lines) + '\n')
+            f.flush()
+            log(f'wrote {args.out} up to {lines[0][:60]!r}')
+    log(f'wrote {args.out}: complete')
 
 
 if __name__ == '__main__':

@@ -3,7 +3,7 @@ ResNet-50 configs (``--sections detection``): training-step and inference time, 
 params and backbone FLOPs, CPU, fp32, random weights."""
 import os.path as osp
 import statistics
-from typing import Dict, List
+from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -13,7 +13,13 @@ from mmengine.logging import MMLogger
 from mmengine.registry import init_default_scope
 
 from mmhvit.utils.flops import count_flops, count_params
-from mmhvit.utils.measure import PeakMemory, alternating_samples, in_fresh_process, spread
+from mmhvit.utils.measure import (
+    FreshProcessDied,
+    PeakMemory,
+    alternating_samples,
+    in_fresh_process,
+    spread,
+)
 
 from .models import REPO, log
 
@@ -134,12 +140,19 @@ def peak_probe(algo: str, name: str, batch: int, size: str, training: bool) -> i
     return mem.peak
 
 
-def peaks(algo: str, name: str, batch: int, args) -> Dict[str, int]:
-    """Training and inference peaks of one detector, each from a fresh process."""
+def peaks(algo: str, name: str, batch: int, args) -> Dict[str, Optional[int]]:
+    """Training and inference peaks of one detector, each from a fresh process; None where that
+    process died (its log line says how: the out-of-memory killer, usually)."""
     log(f'detection: {algo} {name}, batch {batch}, peak memory (fresh processes)')
-    return {key: in_fresh_process(peak_probe, algo, name, batch, args.det_size, training,
-                                  threads=args.threads)
-            for key, training in (('train_peak', True), ('infer_peak', False))}
+    result = {}
+    for key, training in (('train_peak', True), ('infer_peak', False)):
+        try:
+            result[key] = in_fresh_process(peak_probe, algo, name, batch, args.det_size, training,
+                                           threads=args.threads)
+        except FreshProcessDied as error:
+            log(f'detection: {algo} {name}, batch {batch}: {error}')
+            result[key] = None
+    return result
 
 
 def model_figures(model: nn.Module, height: int, width: int) -> Dict[str, float]:
@@ -164,23 +177,33 @@ def time_detectors(models: Dict[str, nn.Module], algo: str, batch: int, height: 
             for i, name in enumerate(steps)}
 
 
-def value(result: dict, key: str) -> float:
-    """A row's figure: the median seconds of a timing, or the peak bytes."""
+def value(result: dict, key: str) -> Optional[float]:
+    """A row's figure: the median seconds of a timing, or the peak bytes (None: not measured)."""
     return statistics.median(result[key]) if 'peak' not in key else result[key]
 
 
-def ratios(result: dict, base) -> Dict[str, float]:
-    return {key: value(result, key) / value(base, key) for key in RATIO_KEYS} if base else {}
+def ratios(result: dict, base) -> Dict[str, Optional[float]]:
+    if not base:
+        return {}
+    pairs = {key: (value(result, key), value(base, key)) for key in RATIO_KEYS}
+    return {key: None if a is None or b is None else a / b for key, (a, b) in pairs.items()}
+
+
+def mib(peak: Optional[int]) -> str:
+    return 'died' if peak is None else f'{peak / 2**20:.0f}'
 
 
 def table_row(name: str, batch: int, result: dict, base) -> str:
     r = ratios(result, base)
-    cells = [f'{r[key]:.2f}' if r else '—' for key in RATIO_KEYS]
-    target = MET[max(r['train'], r['train_peak']) <= 1.] if r and name in OURS else '—'
+    cells = ['—' if not r or r[key] is None else f'{r[key]:.2f}' for key in RATIO_KEYS]
+    target = '—'
+    if r and name in OURS:
+        checked = (r['train'], r['train_peak'])
+        target = 'unknown' if None in checked else MET[max(checked) <= 1.]
     return (f'| {name} | {batch} | {result["backbone_params"]:.1f} | {result["params"]:.1f} | '
             f'{result["gflops"]:.1f} | {spread(result["train"], 3)} | '
-            f'{spread(result["infer"], 3)} | {result["train_peak"] / 2**20:.0f} | '
-            f'{result["infer_peak"] / 2**20:.0f} | {" | ".join(cells)} | {target} |')
+            f'{spread(result["infer"], 3)} | {mib(result["train_peak"])} | '
+            f'{mib(result["infer_peak"])} | {" | ".join(cells)} | {target} |')
 
 
 def summary_line(title: str, batch: int, results: Dict[str, dict]) -> str:
@@ -189,35 +212,46 @@ def summary_line(title: str, batch: int, results: Dict[str, dict]) -> str:
     if not ours:
         return ''
     fastest = min(ours, key=lambda n: value(ours[n], 'train'))
-    lightest = min(ours, key=lambda n: ours[n]['train_peak'])
     line = (f'- {title}, batch {batch}: fastest training step of ours {fastest} '
-            f'({value(ours[fastest], "train"):.3f} s), lightest {lightest} '
-            f'({ours[lightest]["train_peak"] / 2**20:.0f} MiB)')
-    if BASELINE not in results:
+            f'({value(ours[fastest], "train"):.3f} s)')
+    measured = {name: r for name, r in ours.items() if r['train_peak'] is not None}
+    died = [name for name in ours if name not in measured]
+    lightest = min(measured, key=lambda n: measured[n]['train_peak']) if measured else None
+    if lightest:
+        line += f', lightest {lightest} ({mib(measured[lightest]["train_peak"])} MiB)'
+    if died:
+        line += f' (training peak not measured, its process died: {", ".join(died)})'
+    base = results.get(BASELINE)
+    if base is None or base['train_peak'] is None:
         return line + f'; no {BASELINE} row: targets not checked.'
-    r = {name: ratios(result, results[BASELINE]) for name, result in ours.items()}
-    every = all(max(x['train'], x['train_peak']) <= 1. for x in r.values())
-    listed = ', '.join(f'{n} {x["train"]:.2f}x / {x["train_peak"]:.2f}x' for n, x in r.items())
-    best_time, best_memory = r[fastest]['train'], r[lightest]['train_peak']
+    r = {name: ratios(result, base) for name, result in ours.items()}
+    listed = ', '.join(
+        f'{n} {x["train"]:.2f}x / ' + ('?' if x['train_peak'] is None else
+                                       f'{x["train_peak"]:.2f}x') for n, x in r.items())
+    every = all(x['train'] <= 1. and (x['train_peak'] or 0.) <= 1. for x in r.values())
+    every = 'unknown' if every and died else MET[every]
+    best_time = r[fastest]['train']
+    memory = (f'memory {MET[r[lightest]["train_peak"] <= .8]} ({r[lightest]["train_peak"]:.2f}x)'
+              if lightest else 'memory unknown')
     return (line + f'. Against {BASELINE} (time / memory): {listed}. Every family ≤ 1.0x: '
-            f'{MET[every]}; the best ≤ 0.8x: time {MET[best_time <= .8]} ({best_time:.2f}x), '
-            f'memory {MET[best_memory <= .8]} ({best_memory:.2f}x).')
+            f'{every}; the best ≤ 0.8x: time {MET[best_time <= .8]} ({best_time:.2f}x), '
+            f'{memory}.')
 
 
-def detector_lines(args, algo: str, height: int, width: int) -> List[str]:
-    """The table of one detector, all backbones and batches, and its summary lines."""
+def detector_lines(args, algo: str, height: int, width: int,
+                   peak: Dict[tuple, Dict[str, Optional[int]]]) -> List[str]:
+    """The table of one detector, all backbones and batches, and its summary lines; ``peak``
+    holds the fresh processes' figures by (algo, name, batch)."""
     names = [name for name in DET_BACKBONES if name in args.det_backbones]
     title = DET_ALGOS[algo]
-    # The fresh processes first, while this one holds no detector: less memory at once.
-    peak = {(name, batch): peaks(algo, name, batch, args)
-            for batch in args.det_batches for name in names}
     models = {name: build_detector(algo, name) for name in names}
     figures = {name: model_figures(model, height, width) for name, model in models.items()}
     rows, summary = [], []
     for batch in args.det_batches:
         log(f'detection: {title}, batch {batch}, {len(names)} models alternating')
         times = time_detectors(models, algo, batch, height, width, args)
-        results = {name: {**figures[name], **peak[name, batch], **times[name]} for name in names}
+        results = {name: {**figures[name], **peak[algo, name, batch], **times[name]}
+                   for name in names}
         rows += [table_row(name, batch, r, results.get(BASELINE)) for name, r in results.items()]
         summary.append(summary_line(title, batch, results))
     return [f'### {title}', '',
@@ -229,9 +263,10 @@ def detector_lines(args, algo: str, height: int, width: int) -> List[str]:
             *[line for line in summary if line], '']
 
 
-def section_detection(args) -> List[str]:
+def section_detection(args) -> Iterator[List[str]]:
+    """The section's text, one detector's table at a time (the page is written as each comes)."""
     height, width = (int(v) for v in args.det_size.split('x'))
-    return [
+    yield [
         f'## Detectors (CPU, fp32, {height}x{width})', '',
         'Our COCO configs against MMDetection\'s Swin-T, PVTv2-b2 and ResNet-50 ones, random '
         'weights (MMDetection has no PVTv2 Mask R-CNN: its row is `mask-rcnn_r50_fpn_1x_coco.py` '
@@ -241,12 +276,18 @@ def section_detection(args) -> List[str]:
         'pass few boxes through the score thresholds: the mask head does little). Times: '
         f'{args.repeats} repeats after {args.warmup} warm-up, every model\'s step taken in turn '
         'within each repeat. Peak memory: the resident-set peak (VmHWM) of two steps in a fresh '
-        'process above its level with the model built. Backbone GFLOPs: multiply-adds of one '
-        'image, attention products included. Ratios: medians or peaks over the '
-        f'{BASELINE} row\'s, same detector and batch. Targets: every family ≤ 1.0x {BASELINE} '
-        'training-step time and peak memory ("target"); the best ≤ 0.8x.', '',
-        *[line for algo in args.det_algos for line in detector_lines(args, algo, height, width)]
+        'process above its level with the model built, every one measured before this process '
+        'builds any detector (so that a child never shares the machine with the timed models; '
+        '"died": the child was killed, by the out-of-memory killer as a rule). Backbone GFLOPs: '
+        'multiply-adds of one image, attention products included. Ratios: medians or peaks over '
+        f'the {BASELINE} row\'s, same detector and batch. Targets: every family ≤ 1.0x '
+        f'{BASELINE} training-step time and peak memory ("target"); the best ≤ 0.8x.', ''
     ]
+    names = [name for name in DET_BACKBONES if name in args.det_backbones]
+    peak = {(algo, name, batch): peaks(algo, name, batch, args)
+            for algo in args.det_algos for batch in args.det_batches for name in names}
+    for algo in args.det_algos:
+        yield detector_lines(args, algo, height, width, peak)
 
 
 # Self CPU time of the aten ops, grouped; the first group whose words an op name holds wins.
