@@ -124,6 +124,29 @@ def test_attention_bias_is_added_to_the_logits(kernel, with_mask):
     torch.testing.assert_close(out, reference.transpose(1, 2).reshape(6, 10, 12))
 
 
+def test_auto_kernel_takes_matmul_where_cpu_sdpa_falls_back_to_its_math_path():
+    from torch.profiler import ProfilerActivity, profile
+
+    from mmhvit.models.layers.attention import auto_kernel
+    q, k = torch.randn(1, 3, 10, 4), torch.randn(1, 3, 70, 4)
+    learned = torch.randn(1, 3, 10, 70, requires_grad=True)
+    assert auto_kernel(q, k[:, :, :64], None) == 'matmul'  # short sequences
+    assert auto_kernel(q, k, None) == auto_kernel(q, k, learned.detach()) == 'sdpa'
+    assert auto_kernel(q, k, learned) == 'matmul'
+    with torch.no_grad():
+        assert auto_kernel(q, k, learned) == 'sdpa'  # inference: the fused kernel takes the bias
+
+    def sdpa_ops(bias):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=bias)
+        return {e.key for e in prof.key_averages()}
+
+    # Why: PyTorch's CPU SDPA runs a bias that takes gradients through its math path, with an
+    # extra all -inf row check; should a PyTorch release fuse it, 'auto' should take SDPA again.
+    assert 'aten::_scaled_dot_product_flash_attention_for_cpu' in sdpa_ops(learned.detach())
+    assert {'aten::_scaled_dot_product_attention_math', 'aten::isneginf'} <= sdpa_ops(learned)
+
+
 def test_flop_count_separates_attention_products():
     from mmhvit.utils import count_flops
 

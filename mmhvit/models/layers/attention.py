@@ -53,7 +53,7 @@ def multihead_attention(q: torch.Tensor,
         scale (float, optional): Logit scale; default head_dim ** -0.5.
         dropout_p (float): Attention dropout, applied only in training by the caller's choice.
         kernel (str): ``'sdpa'`` (``scaled_dot_product_attention``), ``'matmul'`` (its maths
-            written out) or ``'auto'``: matmul for short CPU sequences, where it is faster.
+            written out) or ``'auto'``: matmul where it is faster (:func:`auto_kernel`).
             While exporting (:func:`is_exporting`) every kernel becomes plain matmul attention
             with an additive finite mask, the form ONNX runtimes and MMDeploy rewrites handle;
             under :func:`export_attention_chunk`, an ONNX ``Loop`` over query chunks where the
@@ -78,8 +78,7 @@ def multihead_attention(q: torch.Tensor,
     if is_exporting():
         return merge_heads(_export_attention(q, k, v, attn_mask, scale, attn_bias))
     if kernel == 'auto':
-        short = q.device.type == 'cpu' and k.shape[-2] <= CPU_SHORT_SEQUENCE
-        kernel = 'matmul' if short else 'sdpa'
+        kernel = auto_kernel(q, k, attn_bias)
     if kernel == 'matmul':
         out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias)
     elif kernel == 'sdpa':
@@ -92,6 +91,18 @@ def multihead_attention(q: torch.Tensor,
     else:
         raise ValueError(f'attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}')
     return merge_heads(out)
+
+
+def auto_kernel(q: torch.Tensor, k: torch.Tensor, attn_bias: Optional[torch.Tensor]) -> str:
+    """The kernel ``'auto'`` stands for: ``'matmul'`` on the CPU for short key sequences, and for
+    a bias that takes gradients (a learned position bias in training), for which PyTorch's CPU
+    SDPA leaves its fused kernel for its math fallback, the same products plus a pass that checks
+    every row for all -inf logits (``_safe_softmax``: ``isneginf`` + ``all``); else ``'sdpa'``."""
+    if q.device.type != 'cpu':
+        return 'sdpa'
+    learned_bias = (attn_bias is not None and attn_bias.requires_grad
+                    and torch.is_grad_enabled())
+    return 'matmul' if k.shape[-2] <= CPU_SHORT_SEQUENCE or learned_bias else 'sdpa'
 
 
 # Logit offset of masked keys in exported graphs: finite (no -inf, which some runtimes and fp16
