@@ -145,10 +145,11 @@ def page_chunks(args) -> Iterator[List[str]]:
         f'{" ".join(sys.argv[1:])}`: torch {torch.__version__}, {cpu_name}, '
         f'{args.threads} CPU threads.', ''
     ]
-    for section in SECTIONS:  # the page's order, whatever the order on the command line
-        if section == 'detection' and section in args.sections:
+    # The page's order, whatever the order on the command line.
+    for section in (s for s in SECTIONS if s in args.sections):
+        if section == 'detection':  # a table per detector, each written as it completes
             yield from detection.section_detection(args)
-        elif section in args.sections:
+        else:
             yield writers[section](args)
 
 

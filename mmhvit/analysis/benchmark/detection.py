@@ -41,6 +41,11 @@ RATIO_KEYS = ('train', 'train_peak', 'infer', 'infer_peak')
 MET = {True: 'met', False: 'missed'}
 
 
+def selected_backbones(args) -> List[str]:
+    """``--det-backbones`` in the tables' order (ours, then the references)."""
+    return [name for name in DET_BACKBONES if name in args.det_backbones]
+
+
 def mmdet_config(path: str) -> Config:
     import mmdet
     return Config.fromfile(osp.join(osp.dirname(mmdet.__file__), '.mim', 'configs', path))
@@ -242,7 +247,7 @@ def detector_lines(args, algo: str, height: int, width: int,
                    peak: Dict[tuple, Dict[str, Optional[int]]]) -> List[str]:
     """The table of one detector, all backbones and batches, and its summary lines; ``peak``
     holds the fresh processes' figures by (algo, name, batch)."""
-    names = [name for name in DET_BACKBONES if name in args.det_backbones]
+    names = selected_backbones(args)
     title = DET_ALGOS[algo]
     models = {name: build_detector(algo, name) for name in names}
     figures = {name: model_figures(model, height, width) for name, model in models.items()}
@@ -283,7 +288,7 @@ def section_detection(args) -> Iterator[List[str]]:
         f'the {BASELINE} row\'s, same detector and batch. Targets: every family ≤ 1.0x '
         f'{BASELINE} training-step time and peak memory ("target"); the best ≤ 0.8x.', ''
     ]
-    names = [name for name in DET_BACKBONES if name in args.det_backbones]
+    names = selected_backbones(args)
     peak = {(algo, name, batch): peaks(algo, name, batch, args)
             for algo in args.det_algos for batch in args.det_batches for name in names}
     for algo in args.det_algos:
@@ -348,7 +353,7 @@ def section_detection_profile(args) -> List[str]:
     height, width = (int(v) for v in args.det_size.split('x'))
     algo = args.det_algos[0]
     rows = []
-    for name in (n for n in DET_BACKBONES if n in args.det_backbones):
+    for name in selected_backbones(args):
         log(f'detection profile: {DET_ALGOS[algo]} {name}')
         model = build_detector(algo, name)
         result = profile_training_step(model, synthetic_batch(1, height, width,
