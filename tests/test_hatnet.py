@@ -182,6 +182,30 @@ def test_releases_refuse_each_other():
     assert hmhsa_release(stem) is None and convert_hatnet_checkpoint(stem)
 
 
+@pytest.mark.parametrize('family, other_norm, release', [
+    (HATNet, dict(type='BN'), 'HAT-Net'),
+    (TransCNN, dict(type='GN', num_groups=1), 'TransCNN'),
+])
+def test_the_other_norm_still_tells_the_release_and_reloads(family, other_norm, release,
+                                                            tmp_path):
+    """``norm_cfg`` is the user's: a HAT-Net with BatchNorm statistics is still a HAT-Net, and a
+    run's own checkpoint loads back into the model that wrote it."""
+    trained = family(tiny_arch(family.__name__), norm_cfg=other_norm)
+    with torch.no_grad():
+        for tensor in trained.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.uniform_(-.5, .5)
+    assert hmhsa_release(trained.state_dict()) == release
+    path = tmp_path / 'epoch_1.pth'
+    torch.save({'state_dict': {'backbone.' + k: v for k, v in trained.state_dict().items()}},
+               path)
+    model = family(tiny_arch(family.__name__), norm_cfg=other_norm,
+                   init_cfg=dict(type='Pretrained', checkpoint=str(path), prefix='backbone.'))
+    model.init_weights()
+    for key, value in trained.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
 def test_init_cfg_refuses_a_transcnn_checkpoint(tmp_path):
     sd = {k: torch.zeros(s) for k, s in official_keys('transcnn', 'tiny').items()}
     path = tmp_path / 'TransCNN-Tiny.pth'

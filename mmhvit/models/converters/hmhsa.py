@@ -23,12 +23,12 @@ OFFICIAL_STEM_ATTN_RULES = [
 ]
 _ATTN_LINEAR = re.compile(r'\.attn\.(qkv|q|kv|proj)\.weight$')
 _OFFICIAL_HEAD = 'classifier.1.'
-# What tells the two releases apart, in their official layouts and in ours: TransCNN has BatchNorm
-# statistics, a downsample with a residual branch and IRB norms after its convs (the official
-# ``conv.conv1.0`` is a conv); HAT-Net has ``attn.proj_norm`` (official files only), an IRB norm on
-# its input (``ffn.pre_norm`` here; the official ``conv.conv1.0`` is that GroupNorm, 1-D).
-_TRANSCNN_MARKERS = re.compile(r'(^(blocks|patch_embed|ds\d)\..*\.running_mean$)'
-                               r'|(^ds\d\.residual\.)|(\.downsample\.residual\.)|(\.ffn\.norm1\.)')
+# What tells the two releases apart, in their official layouts and in ours: the layers, never the
+# norm type (``norm_cfg`` may give either family BatchNorm or GroupNorm). TransCNN has a downsample
+# with a residual branch and IRB norms after its convs (the official ``conv.conv1.0`` is a conv);
+# HAT-Net has ``attn.proj_norm`` (official files only), an IRB norm on its input (``ffn.pre_norm``
+# here; the official ``conv.conv1.0`` is that GroupNorm, 1-D).
+_TRANSCNN_MARKERS = re.compile(r'(^ds\d\.residual\.)|(\.downsample\.residual\.)|(\.ffn\.norm1\.)')
 _HATNET_MARKERS = re.compile(r'(\.attn\.proj_norm\.)|(\.ffn\.pre_norm\.)')
 _OFFICIAL_IRB_CONV1 = re.compile(r'^blocks\.\d+\.\d+\.conv\.conv1\.0\.weight$')
 _BACKBONES = {'TransCNN': 'mmhvit.TransCNN', 'HAT-Net': 'mmhvit.HATNet'}
@@ -52,8 +52,8 @@ def hmhsa_release(state_dict: Dict[str, torch.Tensor]) -> Optional[str]:
         elif _OFFICIAL_IRB_CONV1.match(key):
             transcnn, hatnet = transcnn or value.dim() == 4, hatnet or value.dim() == 1
     if transcnn and hatnet:
-        raise ValueError('the checkpoint mixes TransCNN keys (BatchNorm statistics, residual '
-                         'downsample branches) with HAT-Net keys (attn.proj_norm, IRB pre-norms)')
+        raise ValueError('the checkpoint mixes TransCNN keys (residual downsample branches, IRB '
+                         'post-norms) with HAT-Net keys (attn.proj_norm, IRB pre-norms)')
     return 'TransCNN' if transcnn else 'HAT-Net' if hatnet else None
 
 
