@@ -190,20 +190,20 @@ def test_the_other_norm_still_tells_the_release_and_reloads(family, other_norm, 
                                                             tmp_path):
     """``norm_cfg`` is the user's: a HAT-Net with BatchNorm statistics is still a HAT-Net, and a
     run's own checkpoint loads back into the model that wrote it."""
-    trained = family(tiny_arch(family.__name__), norm_cfg=other_norm)
+    trained = family(tiny_arch(family.__name__), norm_cfg=other_norm).state_dict()
     with torch.no_grad():
-        for tensor in trained.state_dict().values():
+        for tensor in trained.values():
             if tensor.is_floating_point():
                 tensor.uniform_(-.5, .5)
-    assert hmhsa_release(trained.state_dict()) == release
+    assert hmhsa_release(trained) == release
     path = tmp_path / 'epoch_1.pth'
-    torch.save({'state_dict': {'backbone.' + k: v for k, v in trained.state_dict().items()}},
-               path)
+    torch.save({'state_dict': {'backbone.' + k: v for k, v in trained.items()}}, path)
     model = family(tiny_arch(family.__name__), norm_cfg=other_norm,
                    init_cfg=dict(type='Pretrained', checkpoint=str(path), prefix='backbone.'))
     model.init_weights()
-    for key, value in trained.state_dict().items():
-        assert torch.equal(model.state_dict()[key], value), key
+    loaded = model.state_dict()
+    for key, value in trained.items():
+        assert torch.equal(loaded[key], value), key
 
 
 def test_init_cfg_refuses_a_transcnn_checkpoint(tmp_path):
