@@ -12,14 +12,13 @@ from timm.models.tnt import checkpoint_filter_fn
 
 from mmhvit.cli import main as mmhvit_command
 from mmhvit.models.backbones import TNT
-from mmhvit.models.backbones.tnt import words_to_map
 from mmhvit.models.converters.tnt import (
     convert_tnt_checkpoint,
     describe_tnt_checkpoint,
     detect_tnt_layout,
     timm_to_official,
 )
-from mmhvit.models.layers import ClassTokenWindowAttention
+from mmhvit.models.layers import ClassTokenWindowAttention, words_to_map
 from mmhvit.testing import poison_padding, timm_tnt, tiny_arch
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ def family_blocks() -> Dict[str, Type[nn.Module]]:
     """``{backbone family: the class of its blocks}`` (what the stages' ``blocks`` hold)."""
     from mmhvit.models.backbones.hmhsa_base import TransCNNBlock
     from mmhvit.models.backbones.pyramid_tnt import PyramidTNTBlock
-    from mmhvit.models.backbones.tnt import TNTBlock
+    from mmhvit.models.layers.tnt_blocks import TNTBlock
     from mmhvit.models.layers.transformer import TransformerLayer
     # HAT-Net's stages are TransCNN's (H-MHSA + inverted residual blocks).
     return dict(TransCNN=TransCNNBlock, HATNet=TransCNNBlock, NesT=TransformerLayer,

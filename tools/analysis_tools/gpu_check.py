@@ -24,6 +24,7 @@ import os
 import os.path as osp
 import sys
 import time
+from typing import List
 
 import torch
 import torch.nn as nn
@@ -207,6 +208,56 @@ def detector_row(algo: str, family: str, s: dict, dry_run: bool) -> str:
             f'{mem.peak / 2**30:.2f} |')
 
 
+def backbone_section(args, s) -> List[str]:
+    lines = ['## Backbones (all four outputs), latency in ms and peak memory in GiB', '',
+             f'fwd+bwd / {BASELINE}: the forward+backward time against {BASELINE}\'s at the '
+             'same size and dtype.', '',
+             '| backbone | size | batch | dtype | forward ms | forward GiB | fwd+bwd ms '
+             f'| fwd+bwd GiB | fwd+bwd / {BASELINE} |', '|---' * 9 + '|']
+    rows, train_ms = [], {}
+    for name in [*args.references, *args.families]:  # the baseline first
+        log(f'gpu_check: {name} backbone')
+        rows += backbone_rows(name, s, args.dry_run, train_ms)
+    return lines + format_backbone_rows(rows, train_ms)
+
+
+def train_section(args, s, failures: List[str]) -> List[str]:
+    batch, height, width = s['train_shape']
+    lines = ['', '## bf16 AMP training steps: backbone + linear head, AdamW, '
+             f'{height}x{width} batch {batch}, random labels', '',
+             '| backbone | size | batch | images / s | ms / step | peak GiB | steps '
+             '| first loss | last loss | losses |', '|---' * 10 + '|']
+    for family in args.families:
+        log(f'gpu_check: {s["steps"]} bf16 AMP training steps, {family}')
+        row, bad = train_row(family, s, args.dry_run)
+        lines.append(row)
+        if bad:
+            failures.append(f'non-finite training losses for {family} at steps {bad[:5]}')
+    return lines
+
+
+def detector_section(args, s) -> List[str]:
+    height, width = s['det_shape']
+    lines = ['', f'## Detector training, bf16 AMP, {height}x{width}, batch 2, synthetic data', '']
+    missing = mmcv_ops_missing(s['device'])
+    if missing:
+        return lines + [f'Not measured: {missing}; RetinaNet and Mask R-CNN need them.']
+    init_default_scope('mmdet')
+    lines += ['| detector | backbone | images / s | ms / step | peak GiB |',
+              '|---|---|---|---|---|']
+    for family in args.families:
+        for algo in ('retinanet', 'mask_rcnn'):
+            log(f'gpu_check: {algo} {family} throughput')
+            try:
+                lines.append(detector_row(algo, family, s, args.dry_run))
+            except RuntimeError as error:  # reported, not hidden: mmcv's nms and bf16
+                lines.append(f'| {algo} | {family} | fails: '
+                             f'{str(error).splitlines()[0]} | | |')
+            if s['device'] == 'cuda':
+                torch.cuda.empty_cache()
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--dry-run', action='store_true', help='CPU, tiny models and sizes')
@@ -225,49 +276,11 @@ def main(argv=None):
     lines = [f'# GPU check: {device_name}, torch {torch.__version__}', '']
     failures = []
     if 'backbones' in args.sections:
-        lines += ['## Backbones (all four outputs), latency in ms and peak memory in GiB', '',
-                  f'fwd+bwd / {BASELINE}: the forward+backward time against {BASELINE}\'s at the '
-                  'same size and dtype.', '',
-                  '| backbone | size | batch | dtype | forward ms | forward GiB | fwd+bwd ms '
-                  f'| fwd+bwd GiB | fwd+bwd / {BASELINE} |', '|---' * 9 + '|']
-        rows, train_ms = [], {}
-        for name in [*args.references, *args.families]:  # the baseline first
-            log(f'gpu_check: {name} backbone')
-            rows += backbone_rows(name, s, args.dry_run, train_ms)
-        lines += format_backbone_rows(rows, train_ms)
+        lines += backbone_section(args, s)
     if 'train' in args.sections:
-        batch, height, width = s['train_shape']
-        lines += ['', '## bf16 AMP training steps: backbone + linear head, AdamW, '
-                  f'{height}x{width} batch {batch}, random labels', '',
-                  '| backbone | size | batch | images / s | ms / step | peak GiB | steps '
-                  '| first loss | last loss | losses |', '|---' * 10 + '|']
-        for family in args.families:
-            log(f'gpu_check: {s["steps"]} bf16 AMP training steps, {family}')
-            row, bad = train_row(family, s, args.dry_run)
-            lines.append(row)
-            if bad:
-                failures.append(f'non-finite training losses for {family} at steps {bad[:5]}')
+        lines += train_section(args, s, failures)
     if 'detectors' in args.sections:
-        height, width = s['det_shape']
-        lines += ['', f'## Detector training, bf16 AMP, {height}x{width}, batch 2, synthetic data',
-                  '']
-        missing = mmcv_ops_missing(s['device'])
-        if missing:
-            lines.append(f'Not measured: {missing}; RetinaNet and Mask R-CNN need them.')
-        else:
-            init_default_scope('mmdet')
-            lines += ['| detector | backbone | images / s | ms / step | peak GiB |',
-                      '|---|---|---|---|---|']
-            for family in args.families:
-                for algo in ('retinanet', 'mask_rcnn'):
-                    log(f'gpu_check: {algo} {family} throughput')
-                    try:
-                        lines.append(detector_row(algo, family, s, args.dry_run))
-                    except RuntimeError as error:  # reported, not hidden: mmcv's nms and bf16
-                        lines.append(f'| {algo} | {family} | fails: '
-                                     f'{str(error).splitlines()[0]} | | |')
-                    if s['device'] == 'cuda':
-                        torch.cuda.empty_cache()
+        lines += detector_section(args, s)
     lines += ['', f'Total wall time: {time.time() - start:.0f} s.', '']
     page = '\n'.join(lines)
     print(page)

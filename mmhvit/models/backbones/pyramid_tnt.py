@@ -20,6 +20,7 @@ from ..layers import (
     BackboneStage,
     ReducedAttention,
     TransformerLayer,
+    WordsToSentence,
     build_norm2d,
     ceil_div,
     is_exporting,
@@ -30,7 +31,6 @@ from ..layers import (
     trunc_normal_init,
 )
 from .base_backbone import HViTBackbone
-from .tnt import WordsToSentence
 
 WORDS_PER_SIDE = 4  # a sentence holds 4 x 4 words
 SENTENCE_STRIDE = 8  # pixels per sentence side in stage 1 (a word is 2 x 2 pixels)

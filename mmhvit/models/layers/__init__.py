@@ -15,12 +15,22 @@ from .pooling import pool_cells
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
 from .stage import BackboneStage
+from .tnt_blocks import (
+                        NUM_WORDS,
+                        PATCH_SIZE,
+                        WORD_SIZE,
+                        TNTBlock,
+                        TNTEmbed,
+                        WordMap,
+                        WordsToSentence,
+                        words_to_map,
+)
 from .transformer import (
-                          ClassTokenWindowAttention,
-                          MultiheadSelfAttention,
-                          ReducedAttention,
-                          TokenGrids,
-                          TransformerLayer,
+                        ClassTokenWindowAttention,
+                        MultiheadSelfAttention,
+                        ReducedAttention,
+                        TokenGrids,
+                        TransformerLayer,
 )
 from .weight_init import trunc_normal_init
 from .windows import (
@@ -45,5 +55,6 @@ __all__ = [
     'ClassTokenWindowAttention', 'TokenGrids', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
     'window_key_mask', 'cls_window_key_masks', 'fitted_window', 'is_exporting', 'ceil_div',
-    'trunc_normal_init'
+    'trunc_normal_init', 'PATCH_SIZE', 'WORD_SIZE', 'NUM_WORDS', 'TNTBlock', 'TNTEmbed', 'WordMap',
+    'WordsToSentence', 'words_to_map'
 ]
