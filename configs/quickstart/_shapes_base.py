@@ -55,6 +55,8 @@ channels = dict(transcnn=[32, 64, 128, 256], hatnet=[24, 48, 120, 192], nest=[32
 # Strides 8-32 only (RetinaNet's FPN): nothing is built or run for the stride-4 output.
 backbones_c3_c5 = {name: dict(cfg, out_indices=(1, 2, 3)) for name, cfg in backbones.items()}
 channels_c3_c5 = {name: c[1:] for name, c in channels.items()}
+# The stride-16 map (UperNet's auxiliary head).
+channels_c4 = {name: c[2] for name, c in channels.items()}
 # The stride-32 map only (a classifier's global pooling).
 backbones_c5 = {name: dict(cfg, out_indices=(3, )) for name, cfg in backbones.items()}
 channels_c5 = {name: c[3] for name, c in channels.items()}
