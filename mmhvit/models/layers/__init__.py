@@ -16,7 +16,6 @@ from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
 from .stage import BackboneStage
 from .tnt_blocks import (
-                        NUM_WORDS,
                         PATCH_SIZE,
                         WORD_SIZE,
                         TNTBlock,
@@ -55,6 +54,6 @@ __all__ = [
     'ClassTokenWindowAttention', 'TokenGrids', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
     'window_key_mask', 'cls_window_key_masks', 'fitted_window', 'is_exporting', 'ceil_div',
-    'trunc_normal_init', 'PATCH_SIZE', 'WORD_SIZE', 'NUM_WORDS', 'TNTBlock', 'TNTEmbed', 'WordMap',
+    'trunc_normal_init', 'PATCH_SIZE', 'WORD_SIZE', 'TNTBlock', 'TNTEmbed', 'WordMap',
     'WordsToSentence', 'words_to_map'
 ]

@@ -1,6 +1,6 @@
-"""The pieces of TNT that PyramidTNT and the FSDP wrapping policy share: the stem
-(:class:`TNTEmbed`), the block (:class:`TNTBlock`: inner word layer, word-to-sentence update,
-outer sentence layer) and the word maps a pyramid output can add.
+"""TNT's layers: the stem (:class:`TNTEmbed`), the block (:class:`TNTBlock`: inner word layer,
+word-to-sentence update, outer sentence layer) and the word maps a pyramid output can add.
+PyramidTNT reuses :class:`WordsToSentence`; the FSDP wrap policy wraps :class:`TNTBlock`.
 
 `Transformer in Transformer <https://arxiv.org/abs/2103.00112>`_ (Han et al., NeurIPS 2021),
 following the official code (``huawei-noah/Efficient-AI-Backbones``, ``tnt_pytorch/tnt.py``).
