@@ -3,12 +3,13 @@ evaluated through tools/test.py with its task's metric; the generated layouts lo
 MMDet / MMSeg / MMPretrain datasets.
 
 The tools run in this process (``runpy``, as ``python tools/train.py ...`` would run them) to keep
-16 configs x (train + test) affordable; a distinct ``experiment_name`` per run keeps MMEngine's
+26 configs x (train + test) affordable; a distinct ``experiment_name`` per run keeps MMEngine's
 named singletons (logger, visualizer, message hub) apart.
 """
 import glob
 import json
 import os.path as osp
+import pickle
 import runpy
 
 import pytest
@@ -66,6 +67,18 @@ def test_one_recipe_per_task_and_the_name_says_its_epochs():
     assert all(len(variants) == 1 for variants in recipes.values()), recipes
 
 
+@pytest.fixture(scope='module')
+def config_text_unformatted():
+    """MMEngine formats a run's config text with yapf when it logs and dumps it: 1.3-1.5 s a run,
+    half of these short runs. Here the text is only logged, so it stays as MMEngine writes it
+    before formatting: the same settings (test_packaging checks what `mmhvit dump` writes)."""
+    import mmengine.config.config as config_module
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_module, 'FormatCode', lambda text, **style: (text, False))
+        yield
+
+
+@pytest.mark.usefixtures('config_text_unformatted')
 @pytest.mark.parametrize('config', QUICKSTART)
 def test_quickstart_config_trains_and_evaluates(config, tiny_shapes, tmp_path):
     algo = osp.basename(config).split('_')[0]
@@ -84,15 +97,20 @@ def test_quickstart_config_trains_and_evaluates(config, tiny_shapes, tmp_path):
     keep_all = {'retinanet': ['model.test_cfg.score_thr=0.0'],
                 'mask-rcnn': ['model.test_cfg.rcnn.score_thr=0.0']}.get(algo, [])
     test_options = subset_options(algo, tiny_shapes, work_dir, f'test_{name}') + keep_all
+    predictions = tmp_path / 'predictions.pkl'
     run_in_process('tools/test.py', config, checkpoint, '--work-dir', str(work_dir),
-                   '--show-dir', 'vis', '--metrics-out', str(metrics_file), '--cfg-options',
-                   *test_options)
+                   '--show-dir', 'vis', '--out', str(predictions), '--metrics-out',
+                   str(metrics_file), '--cfg-options', *test_options)
     metrics = json.loads(metrics_file.read_text())
     for key in METRICS[algo]:
         upper = 1 if key.startswith('coco/') else 100  # MMSeg and MMPretrain report percent
         assert key in metrics and 0 <= metrics[key] <= upper, (key, metrics)
     drawn = glob.glob(str(work_dir / '**' / 'vis' / '**' / '*.png'), recursive=True)
     assert len(drawn) == 2, drawn  # one per evaluated image
+    dumped = pickle.load(open(predictions, 'rb'))
+    assert len(dumped) == 2, dumped
+    if algo == 'mask-rcnn':  # MMDet dumps masks as COCO run-length encodings
+        assert all('masks' in p['pred_instances'] for p in dumped)
 
 
 def test_generated_layouts_load_in_the_library_datasets(tiny_shapes):

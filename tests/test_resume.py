@@ -1,14 +1,17 @@
-"""A training run killed with SIGKILL mid-epoch resumes with nothing lost or repeated; CPU AMP."""
+"""The RetinaNet quickstart run of tools/train.py: killed with SIGKILL mid-epoch it resumes with
+nothing lost or repeated; tools/test.py and plot_loss.py on it, as a user runs them; CPU AMP."""
 import glob
+import json
 import os
 import os.path as osp
+import pickle
 import signal
 import subprocess
 import sys
 
 import pytest
 import torch
-from conftest import DETECTOR_CONFIGS, REPO, short_run_options, training_scalars
+from conftest import DETECTOR_CONFIGS, REPO, run_tool, short_run_options, training_scalars
 
 from mmhvit.models.checkpoint import load_checkpoint_file
 
@@ -16,6 +19,25 @@ pytestmark = pytest.mark.e2e
 
 ITERS_PER_EPOCH = 4  # 8 generated training scenes, batch 2
 EPOCHS = 2
+
+
+def resumable_run_options(data_root, epochs=EPOCHS):
+    """--cfg-options of a detector run that checkpoints mid-epoch: ``epochs`` epochs of 4
+    iterations, a checkpoint every 2 (all kept), one data worker (the augmentation draws happen in
+    a worker process, as in real training)."""
+    return short_run_options(data_root, epochs=epochs) + [
+        'default_hooks.checkpoint.interval=2', 'default_hooks.checkpoint.max_keep_ckpts=10',
+        'train_dataloader.num_workers=1']
+
+
+@pytest.fixture(scope='module')
+def trained_retinanet(tiny_shapes, tmp_path_factory):
+    """The RetinaNet quickstart config trained by tools/train.py as a user runs it, with
+    :func:`resumable_run_options`: its work dir (the straight run a killed one is compared with)."""
+    work_dir = tmp_path_factory.mktemp('retinanet') / 'work'
+    run_tool('tools/train.py', DETECTOR_CONFIGS['retinanet'], '--work-dir', str(work_dir),
+             '--cfg-options', *resumable_run_options(tiny_shapes))
+    return work_dir
 
 
 def train(config, work_dir, *extra, check=True):
@@ -28,12 +50,10 @@ def train(config, work_dir, *extra, check=True):
     return proc
 
 
-def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
-    # Two epochs of 4 iterations, a checkpoint every 2; one data worker, so that the augmentation
-    # draws happen in a worker process as in real training; drop path on (random).
-    options = short_run_options(tiny_shapes, epochs=EPOCHS) + [
-        'default_hooks.checkpoint.interval=2', 'default_hooks.checkpoint.max_keep_ckpts=10',
-        'train_dataloader.num_workers=1']
+def test_killed_run_resumes_exactly(trained_retinanet, tiny_shapes, tmp_path):
+    # Two epochs of 4 iterations, a checkpoint every 2, one data worker; drop path on (random).
+    # The straight run is trained_retinanet.
+    options = resumable_run_options(tiny_shapes, epochs=EPOCHS)
     base = DETECTOR_CONFIGS['retinanet']
     killed_cfg = tmp_path / 'killed.py'
     killed_cfg.write_text(
@@ -42,7 +62,6 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
         'allow_failed_imports=False)\n'
         "custom_hooks = [dict(type='KillAfterIterHook', after_iter=3)]\n")
 
-    train(base, tmp_path / 'straight', '--cfg-options', *options)
     killed = train(str(killed_cfg), tmp_path / 'resumed', '--cfg-options', *options, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     logged_before_kill = training_scalars(tmp_path / 'resumed')
@@ -53,7 +72,7 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
     # Resume the same config without the kill hook: from iter_2.pth, mid-epoch 1.
     resumed = train(base, tmp_path / 'resumed', '--resume', '--cfg-options', *options)
     assert 'skipped the 2 batches of epoch 1' in resumed.stdout + resumed.stderr
-    straight = {r['iter']: r for r in training_scalars(tmp_path / 'straight')}
+    straight = {r['iter']: r for r in training_scalars(trained_retinanet)}
     after = training_scalars(tmp_path / 'resumed')[len(logged_before_kill):]
     # Iteration 3 is trained again (it was after the last checkpoint); nothing else repeats or is
     # skipped, and the counters continue.
@@ -66,8 +85,8 @@ def test_killed_run_resumes_exactly(tiny_shapes, tmp_path):
                 (record['iter'], key, record[key], reference[key])
 
     final = {}
-    for name in ('straight', 'resumed'):
-        path = open(tmp_path / name / 'last_checkpoint').read().strip()
+    for name, work_dir in (('straight', trained_retinanet), ('resumed', tmp_path / 'resumed')):
+        path = open(work_dir / 'last_checkpoint').read().strip()
         final[name] = load_checkpoint_file(path)
         assert final[name]['meta']['iter'] == EPOCHS * ITERS_PER_EPOCH
         # an iteration checkpoint names the epoch in progress (MMEngine): the last, 0-based
@@ -110,3 +129,29 @@ def test_cpu_amp_wrapper_autocasts_to_bfloat16():
     with pytest.raises(ValueError, match='bfloat16'):
         AnyDeviceAmpOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                                  dtype='float16')
+
+
+def test_test_tool_evaluates_draws_and_dumps_a_trained_run(trained_retinanet, tiny_shapes,
+                                                           tmp_path):
+    """tools/test.py and plot_loss.py in subprocesses, as a user runs them, on the RetinaNet run
+    tools/train.py trained (every quickstart config also trains and tests in
+    test_quickstart.py, in process)."""
+    checkpoint = open(trained_retinanet / 'last_checkpoint').read().strip()
+    assert osp.isfile(checkpoint)
+    work_dir = tmp_path / 'work'
+    metrics_file = tmp_path / 'metrics.json'
+    # a model trained for a few steps scores below the default threshold: keep every box
+    out = run_tool('tools/test.py', DETECTOR_CONFIGS['retinanet'], checkpoint, '--work-dir',
+                   str(work_dir), '--show-dir', 'vis', '--out', str(tmp_path / 'preds.pkl'),
+                   '--metrics-out', str(metrics_file), '--cfg-options',
+                   *short_run_options(tiny_shapes), 'model.test_cfg.score_thr=0.0')
+    metrics = json.loads(metrics_file.read_text())
+    for key in ('coco/bbox_mAP', 'coco/bbox_mAP_50'):
+        assert key in metrics and 0 <= metrics[key] <= 1, (key, metrics)
+        assert key in out
+    predictions = pickle.load(open(tmp_path / 'preds.pkl', 'rb'))
+    assert len(predictions) == 4 and all('pred_instances' in p for p in predictions)
+    assert len(glob.glob(str(work_dir / '*' / 'vis' / '*.png'))) == 4  # one per val image
+    run_tool('tools/analysis_tools/plot_loss.py', str(trained_retinanet), '--out',
+             str(tmp_path / 'l.png'))
+    assert osp.getsize(tmp_path / 'l.png') > 0

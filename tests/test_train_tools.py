@@ -1,9 +1,10 @@
-"""tools/train.py and tools/test.py on the generated shapes data, CPU only (tools/dist_train.sh and
-the Slurm scripts: test_distributed.py)."""
+"""tools/train.py on the generated shapes data, CPU only: compile, the launcher's pieces (a trained
+run tested, killed and resumed: test_resume.py; tools/dist_train.sh and the Slurm scripts:
+test_distributed.py)."""
+import copy
 import glob
 import json
 import os
-import os.path as osp
 import subprocess
 import sys
 
@@ -12,34 +13,6 @@ import torch
 from conftest import DETECTOR_CONFIGS, REPO, free_port, run_tool, short_run_options
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.mark.parametrize('algo', sorted(DETECTOR_CONFIGS))
-def test_quickstart_config_trains_and_tests(algo, tiny_shapes, tmp_path):
-    config = DETECTOR_CONFIGS[algo]
-    work_dir = tmp_path / 'work'
-    options = short_run_options(tiny_shapes)
-    run_tool('tools/train.py', config, '--work-dir', str(work_dir), '--cfg-options', *options)
-    checkpoint = open(work_dir / 'last_checkpoint').read().strip()
-    assert osp.isfile(checkpoint)
-    metrics_file = tmp_path / 'metrics.json'
-    # a model trained for a few steps scores below the default threshold: keep every box
-    keep_all = ('model.test_cfg.rcnn.score_thr=0.0' if algo == 'mask-rcnn' else
-                'model.test_cfg.score_thr=0.0')
-    out = run_tool('tools/test.py', config, checkpoint, '--work-dir', str(work_dir),
-                   '--show-dir', 'vis', '--out', str(tmp_path / 'preds.pkl'), '--metrics-out',
-                   str(metrics_file), '--cfg-options', *options, keep_all)
-    metrics = json.loads(metrics_file.read_text())
-    expected = ['coco/bbox_mAP', 'coco/bbox_mAP_50']
-    if algo == 'mask-rcnn':
-        expected += ['coco/segm_mAP', 'coco/segm_mAP_50']
-    for key in expected:
-        assert key in metrics and 0 <= metrics[key] <= 1, (key, metrics)
-        assert key in out
-    assert osp.getsize(tmp_path / 'preds.pkl') > 0
-    assert len(glob.glob(str(work_dir / '*' / 'vis' / '*.png'))) == 4  # one per val image
-    run_tool('tools/analysis_tools/plot_loss.py', str(work_dir), '--out', str(tmp_path / 'l.png'))
-    assert osp.getsize(tmp_path / 'l.png') > 0
 
 
 # MMEngine's compile wraps train_step in torch.compile; inductor compiles forward and backward of
@@ -58,6 +31,27 @@ def test_compile_true_trains_the_quickstart_detector(tiny_shapes, tmp_path):
     steps = [json.loads(line) for line in open(scalars) if '"loss"' in line]
     assert len(steps) >= 3  # 8 training images (those with boxes), batch 2
     assert all(torch.isfinite(torch.tensor(step['loss'])) for step in steps)
+
+
+def test_runner_formats_its_config_text_once(monkeypatch):
+    """MMEngine's runner reads ``cfg.pretty_text`` several times a run; build_runner's config
+    runs yapf once per content and gives MMEngine's text."""
+    import mmengine.config.config as config_module
+    from mmengine.config import Config
+
+    from mmhvit.utils.launch import _FormatOnceConfig
+    calls = []
+    format_code = config_module.FormatCode
+    monkeypatch.setattr(config_module, 'FormatCode',
+                        lambda text, **style: calls.append(text) or format_code(text, **style))
+    cfg = Config(dict(model=dict(type='RetinaNet', depth=18), work_dir='/tmp/unused'))
+    expected = cfg.pretty_text
+    once = _FormatOnceConfig.of(copy.deepcopy(cfg))
+    assert [once.pretty_text, copy.deepcopy(once).pretty_text] == [expected, expected]
+    assert len(calls) == 2  # Config's own, then one for the two copies of the same content
+    once.model.depth = 50
+    assert once.pretty_text == Config(once.to_dict()).pretty_text and 'depth=50' in once.pretty_text
+    assert type(copy.deepcopy(once)) is _FormatOnceConfig  # what MMEngine's Runner keeps
 
 
 def test_compile_config_gets_the_eager_optimizer_step_hook():

@@ -27,8 +27,9 @@ Sections:
            against input size, next to a plain ViT-S/16 (and PyramidTNT-S with
            ``bias_chunk_size=4096`` when PyramidTNT is among the families);
   quickstart  (not in the default sections) seconds per training iteration of every quickstart
-           RetinaNet, Mask R-CNN and UperNet config against the same task's ResNet-18 config,
-           on generated shapes data;
+           RetinaNet, Mask R-CNN and UperNet config (``--quickstart-algos``,
+           ``--quickstart-backbones``) against the same task's ResNet-18 config, on generated
+           shapes data;
   plugins  (not in the default sections) MMDet's ResNet-50 alone and with the H-MHSA plugin,
            mmcv's GeneralizedAttention or NonLocal2d after conv3 of every block of stages 2-4:
            params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1;
@@ -98,6 +99,10 @@ def parse_args(argv=None):
                         default=list(quickstart_speed.QUICKSTART_ALGOS),
                         choices=list(quickstart_speed.QUICKSTART_ALGOS),
                         help='tasks of the quickstart section')
+    parser.add_argument('--quickstart-backbones', nargs='+',
+                        default=list(quickstart_speed.QUICKSTART_BACKBONES),
+                        choices=list(quickstart_speed.QUICKSTART_BACKBONES),
+                        help='backbones of the quickstart section (r18, the reference, always)')
     parser.add_argument('--plugin-size', default='800x1344', help='HxW of the plugins section')
     parser.add_argument('--plugin-memory-cap', type=float, default=12.,
                         help='GiB of address space for each model of the plugins section')

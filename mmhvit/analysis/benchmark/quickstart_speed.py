@@ -30,7 +30,7 @@ def quickstart_config(algo: str, backbone: str) -> str:
 def quickstart_iteration_time(config: str, data_root: str, iterations: int, warmup: int) -> float:
     """Median seconds of one training iteration (``train_step``: forward, backward, optimiser
     step) of a quickstart config at its own batch size, on batches loaded beforehand."""
-    from mmengine.runner import Runner
+    from mmhvit.utils import build_runner
     cfg = Config.fromfile(config)
     cfg.work_dir = tempfile.mkdtemp(prefix='benchmark_quickstart_')
     cfg.experiment_name = 'benchmark_' + osp.splitext(osp.basename(config))[0]
@@ -39,7 +39,7 @@ def quickstart_iteration_time(config: str, data_root: str, iterations: int, warm
     cfg.train_dataloader.dataset.data_root = data_root
     if cfg.model.backbone.get('init_cfg'):  # UperNet starts from its quickstart classifier
         cfg.model.backbone.init_cfg = None
-    runner = Runner.from_cfg(cfg)
+    runner = build_runner(cfg)
     optim_wrapper = runner.build_optim_wrapper(cfg.optim_wrapper)
     batches = []
     while len(batches) < iterations + warmup:
@@ -61,8 +61,9 @@ def section_quickstart(args) -> List[str]:
                     '--out', data, '--train', '16', '--val', '4', '--seed', '1'], check=True,
                    capture_output=True)
     rows = []
+    backbones = [b for b in QUICKSTART_BACKBONES if b in args.quickstart_backbones or b == 'r18']
     for algo in args.quickstart_algos:
-        configs = {backbone: quickstart_config(algo, backbone) for backbone in QUICKSTART_BACKBONES}
+        configs = {backbone: quickstart_config(algo, backbone) for backbone in backbones}
         seconds = {}
         for backbone, config in configs.items():
             log(f'quickstart: {osp.basename(config)}')
