@@ -12,6 +12,7 @@ Tiers (every test module declares one with ``pytestmark``):
 - ``e2e``: training and testing runs end to end (tools/train.py, tools/test.py, launchers).
 """
 import functools
+import gc
 import glob
 import http.server
 import json
@@ -56,6 +57,16 @@ def pytest_collection_modifyitems(config, items):
         if len(tiers) != 1:
             raise pytest.UsageError(f'{item.nodeid}: tier markers {sorted(tiers)}; give its module '
                                     f'one of {TIERS} (pytestmark)')
+
+
+@pytest.fixture(autouse=True)
+def earlier_objects_frozen():
+    """A ``gc.collect()`` during a test (MMEngine calls one for each dataset it builds) scans only
+    the objects the test creates, not the whole session's heap: 0.6 s a call in this process, 15
+    calls in four quickstart runs. The earlier objects are collectable again after the test."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

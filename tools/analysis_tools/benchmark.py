@@ -3,7 +3,8 @@ size.
 
     python tools/analysis_tools/benchmark.py [--sections params speed scaling plugins]
         [--families TransCNN HAT-Net NesT TNT PyramidTNT] [--archs tiny ...]
-        [--sizes 224x224 448x448 ...] [--plugin-size 800x1344] [--plugin-memory-cap 12]
+        [--sizes 224x224 448x448 ...] [--plugins hmhsa generalized-attention nonlocal]
+        [--plugin-size 800x1344] [--plugin-memory-cap 12]
         [--repeats 5] [--ratio-runs 5]
         [--det-algos retinanet mask-rcnn] [--det-backbones NesT-T Swin-T ...]
         [--det-size 800x1344] [--det-batches 1 2]
@@ -103,6 +104,10 @@ def parse_args(argv=None):
                         default=list(quickstart_speed.QUICKSTART_BACKBONES),
                         choices=list(quickstart_speed.QUICKSTART_BACKBONES),
                         help='backbones of the quickstart section (r18, the reference, always)')
+    parser.add_argument('--plugins', nargs='+', default=list(plugins.PLUGIN_NAMES),
+                        choices=list(plugins.PLUGIN_NAMES),
+                        help='plugins of the plugins section (the plain ResNet-50, the reference, '
+                        'always)')
     parser.add_argument('--plugin-size', default='800x1344', help='HxW of the plugins section')
     parser.add_argument('--plugin-memory-cap', type=float, default=12.,
                         help='GiB of address space for each model of the plugins section')

@@ -22,6 +22,10 @@ RESNET_PLUGINS = {
                                           num_heads=8, attention_type='1111', kv_stride=2),
     '+ NonLocal2d (mmcv)': dict(type='NonLocal2d'),
 }
+# --plugins: the plugins to measure besides the plain ResNet-50 (always measured: the reference)
+PLUGIN_NAMES = {'hmhsa': '+ H-MHSA (mmhvit.HMHSAPlugin)',
+                'generalized-attention': '+ GeneralizedAttention (mmcv)',
+                'nonlocal': '+ NonLocal2d (mmcv)'}
 
 
 def build_plugin_resnet(name: str) -> nn.Module:
@@ -69,7 +73,8 @@ def plugin_probe(name: str, size: str, repeats: int, warmup: int, cap_gib: float
 
 def section_plugins(args) -> List[str]:
     rows = []
-    for name in RESNET_PLUGINS:
+    chosen = {PLUGIN_NAMES[key] for key in args.plugins}
+    for name in (n for n in RESNET_PLUGINS if n == 'ResNet-50' or n in chosen):
         log(f'plugins: {name} at {args.plugin_size}')
         r = in_fresh_process(plugin_probe, name, args.plugin_size, args.repeats, args.warmup,
                              args.plugin_memory_cap, threads=args.threads)
