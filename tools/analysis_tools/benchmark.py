@@ -32,8 +32,8 @@ Sections:
            ``--quickstart-backbones``) against the same task's ResNet-18 config, on generated
            shapes data;
   plugins  (not in the default sections) MMDet's ResNet-50 alone and with the H-MHSA plugin,
-           mmcv's GeneralizedAttention or NonLocal2d after conv3 of every block of stages 2-4:
-           params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1;
+           mmcv's GeneralizedAttention or NonLocal2d (``--plugins``) after conv3 of every block of
+           stages 2-4: params, FLOPs, CPU forward latency and peak memory at --plugin-size, batch 1;
   detection  (not in the default sections) RetinaNet and Mask R-CNN (``--det-algos``) with each
            of our backbones and MMDet's Swin-T, PVTv2-b2 and ResNet-50 (``--det-backbones``),
            random weights, CPU fp32 at ``--det-size``, batches ``--det-batches``: training-step
