@@ -12,19 +12,13 @@ from torch.nn.modules.batchnorm import _BatchNorm
 import mmhvit.models.backbones.base_backbone as base_module
 import mmhvit.models.layers.stage as stage_module
 from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
-from mmhvit.testing import TINY_ARCHS, poison_padding
+from mmhvit.testing import FAMILIES, TINY_ARCHS, build_tiny, poison_padding
 
 pytestmark = pytest.mark.unit
 
-FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT,
-            'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)
 STRIDES = (4, 8, 16, 32)
-
-
-def build(name, **kwargs):
-    kwargs = {**TINY_ARCHS[name], 'drop_path_rate': 0., **kwargs}
-    return FAMILIES[name](**kwargs)
+build = build_tiny
 
 
 @pytest.fixture(scope='module')

@@ -17,13 +17,10 @@ import torch.nn.functional as F
 from conftest import free_port
 from torch.nn.parallel import DistributedDataParallel
 
-from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
-from mmhvit.testing import TINY_ARCHS
+from mmhvit.testing import FAMILIES, TINY_ARCHS
 
 pytestmark = pytest.mark.integration
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
-            'PyramidTNT': PyramidTNT}
 # (family, backbone kwargs): BN in train mode is the one case expected to differ
 CASES = [('NesT', {}), ('TNT', {}), ('HATNet', {}), ('TransCNN', dict(norm_eval=True)),
          ('TransCNN', {}), ('PyramidTNT', dict(norm_eval=True))]

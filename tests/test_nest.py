@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from conftest import REPO, run_tool, tool_env
 
 from mmhvit.analysis.gradcat import block_scores, classifier_gradcat, draw_gradcat, nest_gradcat
-from mmhvit.models.backbones.nest import NesT, blocks_to_map, map_to_blocks
+from mmhvit.models.backbones.nest import NesT
 from mmhvit.models.converters import convert_nest_checkpoint, describe_nest_checkpoint
+from mmhvit.models.layers import blocks_to_map, map_to_blocks
 from mmhvit.testing import timm_nest, tiny_arch
 
 pytestmark = pytest.mark.unit
@@ -139,7 +140,7 @@ def test_padding_never_leaks():
     inputs, outputs = {}, {}
     for i, level in enumerate(model.stages):
         level.register_forward_pre_hook(lambda m, a, i=i: inputs.__setitem__(i, a[0]))
-        level.register_forward_hook(lambda m, a, o, i=i: outputs.__setitem__(i, o[0]))
+        level.register_forward_hook(lambda m, a, o, i=i: outputs.__setitem__(i, o))
     with torch.no_grad():
         model(x)
         padded_levels = 0
@@ -273,7 +274,7 @@ def test_gradcat_path(tmp_path):
 
     # the top choice is the block with the highest gradient x activation, computed here directly
     maps = {}
-    hook = backbone.stages[2].register_forward_hook(lambda m, a, o: maps.__setitem__(2, o[0]))
+    hook = backbone.stages[2].register_forward_hook(lambda m, a, o: maps.__setitem__(2, o))
     logits = logits_fn(image)
     hook.remove()
     grad, = torch.autograd.grad(logits[0, result['target_class']], maps[2])

@@ -17,13 +17,10 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
-from mmhvit.testing import TINY_ARCHS, poison_padding
+from mmhvit.testing import FAMILIES, TINY_ARCHS, poison_padding
 
 pytestmark = pytest.mark.unit
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
-            'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)
 STRIDES = (4, 8, 16, 32)
 # Deterministic examples (CI reproducible), no example database in the repository.

@@ -11,16 +11,14 @@ import pytest
 import torch
 from conftest import DETECTOR_CONFIGS, REPO, run_tool, short_run_options
 
-from mmhvit.models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
+from mmhvit.models.backbones import TransCNN
 from mmhvit.models.checkpoint import read_state_dict
 from mmhvit.models.converters.files import convert_file
 from mmhvit.models.layers import multihead_attention
-from mmhvit.testing import TINY_ARCHS, CodeRunner, random_state_dict, transcnn_shapes
+from mmhvit.testing import FAMILIES, TINY_ARCHS, CodeRunner, random_state_dict, transcnn_shapes
 
 pytestmark = pytest.mark.integration
 
-FAMILIES = {'TransCNN': TransCNN, 'NesT': NesT, 'TNT': TNT, 'HATNet': HATNet,
-            'PyramidTNT': PyramidTNT}
 NAMES = sorted(FAMILIES)
 
 

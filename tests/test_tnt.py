@@ -343,8 +343,12 @@ def test_word_maps_add_to_the_upsampled_sentences(size):
     with_words, without = model(x), plain(x)
     for i in (2, 3):
         torch.testing.assert_close(with_words[i], without[i])
-    state = model.forward_stage(model.stages[0], model.forward_stem(x))
-    fine = model.stages[0].word_map(state.words, 2, state.padded)
+    stage_outputs = []
+    model.stages[0].register_forward_hook(lambda module, args, out: stage_outputs.append(out))
+    model(x)
+    words = stage_outputs[0][0]  # the words after stage 1
+    padded = tuple(math.ceil(side / 16) for side in size)  # the sentence grid of 16-px patches
+    fine = model.stages[0].word_map(words, 2, padded)
     fine = fine[..., :with_words[0].shape[-2], :with_words[0].shape[-1]]
     torch.testing.assert_close(with_words[0], without[0] + fine)
     assert not torch.allclose(with_words[1], without[1])

@@ -70,10 +70,10 @@ def _level_maps_and_logits(backbone: torch.nn.Module, logits_fn: Callable, image
         raise ValueError(f'GradCAT needs all {num_levels} NesT levels; this backbone builds '
                          f'{len(levels)} (out_indices={backbone.out_indices})')
     activations = {}
-    # A stage returns (the map the next level takes, its output): the level's map is the first.
+    # A stage returns the map the next level takes (the final norm is the backbone's to apply).
     hooks = [
         level.register_forward_hook(
-            lambda module, args, out, index=index: activations.__setitem__(index, out[0]))
+            lambda module, args, out, index=index: activations.__setitem__(index, out))
         for index, level in enumerate(levels)
     ]
     try:

@@ -14,10 +14,7 @@ from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 def family_blocks() -> Dict[str, Type[nn.Module]]:
     """``{backbone family: the class of its blocks}`` (what the stages' ``blocks`` hold)."""
-    from mmhvit.models.backbones.hmhsa_base import TransCNNBlock
-    from mmhvit.models.backbones.pyramid_tnt import PyramidTNTBlock
-    from mmhvit.models.layers.tnt_blocks import TNTBlock
-    from mmhvit.models.layers.transformer import TransformerLayer
+    from mmhvit.models.layers import PyramidTNTBlock, TNTBlock, TransCNNBlock, TransformerLayer
     # HAT-Net's stages are TransCNN's (H-MHSA + inverted residual blocks).
     return dict(TransCNN=TransCNNBlock, HATNet=TransCNNBlock, NesT=TransformerLayer,
                 TNT=TNTBlock, PyramidTNT=PyramidTNTBlock)

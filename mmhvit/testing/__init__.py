@@ -1,6 +1,7 @@
 """What the tests compare against, importable (as ``mmdet.testing`` is for MMDetection).
 
-- :mod:`.archs`: the one set of tiny archs (``TINY_ARCHS``: backbone kwargs per family).
+- :mod:`.archs`: the families by name (``FAMILIES``) and the one set of tiny archs
+  (``TINY_ARCHS``: backbone kwargs per family; :func:`build_tiny`).
 - :mod:`.hmhsa_reference`: TransCNN's and HAT-Net's official computation restated (layouts,
   forwards, the H-MHSA of both) and :class:`OfficialTransCNN` / :class:`OfficialHATNet`, the
   benchmark's reference modules.
@@ -13,7 +14,7 @@
 
 The models never import this package; timm (a test requirement) only where a function needs it.
 """
-from .archs import TINY_ARCHS, tiny_arch
+from .archs import FAMILIES, TINY_ARCHS, build_tiny, tiny_arch
 from .batches import make_batch
 from .checks import assert_close, poison_padding
 from .hmhsa_reference import (
@@ -36,7 +37,8 @@ from .state_dicts import (
 from .timm_models import timm_nest, timm_tnt
 
 __all__ = [
-    'TINY_ARCHS', 'tiny_arch', 'make_batch', 'assert_close', 'poison_padding', 'OfficialTransCNN',
+    'FAMILIES', 'TINY_ARCHS', 'build_tiny', 'tiny_arch', 'make_batch', 'assert_close',
+    'poison_padding', 'OfficialTransCNN',
     'OfficialHATNet', 'hatnet_forward', 'hatnet_shapes', 'transcnn_forward', 'transcnn_shapes',
     'ptnt_bias', 'ptnt_forward', 'ptnt_shapes', 'random_ptnt_state_dict', 'CodeRunner',
     'deit_checkpoint', 'meta_state_dict', 'random_state_dict', 'read_key_list', 'shifted',

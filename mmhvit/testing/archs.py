@@ -1,10 +1,16 @@
 """One set of tiny archs: a CPU-sized variant of every backbone, for the tests, the GPU check's
-dry run and any check that exercises the code rather than an arch.
+dry run and any check that exercises the code rather than an arch; the families by name
+(``FAMILIES``) and :func:`build_tiny`.
 
 Every stage has blocks, and windows / blocks / pooled cells are small enough to need padding at
 odd sizes (and to be whole at multiples of 128, where the official code runs). A test that needs
 one more property derives it from these, e.g. ``dict(TINY_ARCHS['NesT']['arch'], depths=...)``.
 """
+from ..models.backbones import TNT, HATNet, NesT, PyramidTNT, TransCNN
+
+FAMILIES = {'TransCNN': TransCNN, 'HATNet': HATNet, 'NesT': NesT, 'TNT': TNT,
+            'PyramidTNT': PyramidTNT}
+
 TINY_ARCHS = {
     'TransCNN': dict(arch=dict(embed_dims=[8, 16, 32, 64], depths=[1, 1, 1, 1],
                                num_heads=[1, 1, 2, 2], mlp_ratio=[2, 2, 2, 2],
@@ -27,3 +33,8 @@ TINY_ARCHS = {
 def tiny_arch(family: str, **changes) -> dict:
     """A copy of the tiny arch dict of ``family`` with ``changes`` (``depths=[1, 2, 1, 0]``)."""
     return dict(TINY_ARCHS[family]['arch'], **changes)
+
+
+def build_tiny(family: str, **kwargs):
+    """The tiny ``family`` backbone, without drop path unless ``kwargs`` set it."""
+    return FAMILIES[family](**{**TINY_ARCHS[family], 'drop_path_rate': 0., **kwargs})

@@ -4,21 +4,20 @@ import logging
 import numbers
 import warnings
 from abc import ABCMeta, abstractmethod
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from mmengine.model.weight_init import initialize
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint import read_state_dict, strip_prefix, unwrap_state_dict
-from ..layers import BackboneStage, trunc_normal_init
+from ..layers import BATCH_NORMS, BackboneStage, trunc_normal_init
 
 
 class HViTBackbone(BaseModule, metaclass=ABCMeta):
-    """Base of the three families: one vocabulary, one implementation of each OpenMMLab mechanism.
+    """Base of the families: one vocabulary, one implementation of each OpenMMLab mechanism.
 
     Every backbone is a stem (``patch_embed``) and ``num_stages`` stages (``stages``, each a
     :class:`BackboneStage`); output i is the map after stage i + 1 (strides 4, 8, 16, 32). Only the
@@ -28,10 +27,11 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
     ``init_cfg`` (single or list; ``Pretrained`` entries load through the family's converter) and
     the logged resizing of position embeddings on load.
 
-    A family defines the class data ``arch_zoo``, ``essential_keys``, ``optional_keys`` (custom-arch
-    keys with their defaults), ``default_norm_cfg`` and ``default_act_cfg``, implements the
-    abstract methods and, where its stages pass on more than a map, the forward hooks
-    (``forward_stem``, ``forward_stage``, ``stage_output``).
+    A family defines the class data ``arch_zoo``, ``arch_aliases`` (short names of zoo archs),
+    ``essential_keys``, ``optional_keys`` (custom-arch keys with their defaults),
+    ``default_norm_cfg`` and ``default_act_cfg``, and implements the abstract methods, ``forward``
+    among them: it calls :meth:`check_input` first and returns through :meth:`nchw_outputs`. The
+    modules a family stacks (stems, blocks, stages) live in :mod:`mmhvit.models.layers`.
 
     Args:
         arch (str | dict): A name of ``arch_zoo`` (case-insensitive) or a custom arch dict.
@@ -50,6 +50,9 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         norm_eval (bool): Keep BatchNorm layers in eval mode while training. Default: False.
         with_cp (bool): Gradient checkpointing of every block (less memory, more time).
             Default: False.
+        lean_backward (bool): Recompute in backward the norms and activations that feed a conv
+            or linear layer, instead of keeping their outputs (the same outputs and gradients,
+            less memory kept for backward; :mod:`mmhvit.models.layers.lean`). Default: True.
         pretrained (str, optional): Deprecated, use ``init_cfg``.
         init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are
@@ -58,6 +61,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
     num_stages = 4
     arch_zoo: Dict[str, dict] = {}
+    arch_aliases: Dict[str, str] = {}
     essential_keys: Tuple[str, ...] = ()
     optional_keys: Dict[str, object] = {}
     default_norm_cfg: dict = dict(type='LN')
@@ -76,11 +80,16 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
+                 lean_backward: bool = True,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=self._init_cfg_with_pretrained(pretrained, init_cfg))
-        self._check_arguments(in_channels, drop_rate, attn_drop_rate, drop_path_rate, qkv_bias,
-                              norm_cfg, act_cfg, frozen_stages, norm_eval, with_cp)
+        self._check_arguments(in_channels=in_channels, drop_rate=drop_rate,
+                              attn_drop_rate=attn_drop_rate, drop_path_rate=drop_path_rate,
+                              qkv_bias=qkv_bias, norm_cfg=norm_cfg, act_cfg=act_cfg,
+                              frozen_stages=frozen_stages,
+                              flags=dict(norm_eval=norm_eval, with_cp=with_cp,
+                                         lean_backward=lean_backward))
         self.arch_name, self.arch_settings = self._select_arch(arch)
         self.in_channels = in_channels
         self.out_indices = self._normalise_out_indices(out_indices)
@@ -98,8 +107,13 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         self._check_built()
         for stage in self.stages:
             stage.with_cp = with_cp
+        self.lean_backward = lean_backward
+        for module in self.modules():
+            if hasattr(module, 'lean'):  # the layers that recompute their inputs (layers.lean)
+                module.lean = lean_backward
         self._freeze_stages()
-        self._register_load_state_dict_pre_hook(self._resize_pos_embed_hook)
+        # Called as hook(module, state_dict, prefix, ...): the function, not the bound method.
+        self.register_load_state_dict_pre_hook(HViTBackbone._resize_pos_embed_hook)
 
     # --- what a family implements -------------------------------------------------------------
     @abstractmethod
@@ -107,18 +121,11 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         """Build ``patch_embed``, ``stages`` (the first ``num_built_stages``) and set
         ``stage_channels`` (the channels of each of the ``num_stages`` outputs)."""
 
-    def forward_stem(self, x: torch.Tensor) -> Any:
-        """The state the first stage takes, from a checked image batch (default: the map of
-        ``patch_embed``)."""
-        return self.patch_embed(x)
-
-    def forward_stage(self, stage: BackboneStage, state: Any) -> Any:
-        """The state after ``stage`` (default: ``stage(state)``)."""
-        return stage(state)
-
-    def stage_output(self, index: int, state: Any) -> torch.Tensor:
-        """Output ``index`` from the state after stage ``index`` (default: the state itself)."""
-        return state
+    @abstractmethod
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """A tuple of contiguous NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x
+        ceil(W / s): :meth:`check_input`, the stem, each built stage in turn, the requested
+        outputs through :meth:`nchw_outputs`."""
 
     def init_default_weights(self) -> None:
         """The family's official initialisation (used when no ``init_cfg`` says otherwise);
@@ -157,7 +164,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         return dict(type='Pretrained', checkpoint=pretrained)
 
     def _check_arguments(self, in_channels, drop_rate, attn_drop_rate, drop_path_rate, qkv_bias,
-                         norm_cfg, act_cfg, frozen_stages, norm_eval, with_cp) -> None:
+                         norm_cfg, act_cfg, frozen_stages, flags) -> None:
         name = type(self).__name__
         if not _is_int(in_channels) or in_channels < 1:
             raise TypeError(f'{name}: in_channels must be a positive int, got {in_channels!r}')
@@ -166,7 +173,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
             if not isinstance(value, numbers.Real) or isinstance(value, bool) \
                     or not 0 <= value < 1:
                 raise ValueError(f'{name}: {arg} must be a number in [0, 1), got {value!r}')
-        for arg, value in (('norm_eval', norm_eval), ('with_cp', with_cp)):
+        for arg, value in flags.items():
             if not isinstance(value, bool):
                 raise TypeError(f'{name}: {arg} must be a bool, got {value!r}')
         if qkv_bias is not None and not isinstance(qkv_bias, bool):
@@ -204,10 +211,12 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         name = cls.__name__
         allowed = f'{list(cls.essential_keys)} (optional: {list(cls.optional_keys)})'
         if isinstance(arch, str):
-            if arch.lower() not in cls.arch_zoo:
+            zoo_name = cls.zoo_name(arch)
+            if zoo_name not in cls.arch_zoo:
                 raise ValueError(f'{name}: unknown arch {arch!r}; valid names: '
-                                 f'{sorted(cls.arch_zoo)}, or a dict with the keys {allowed}')
-            arch = cls.arch_zoo[arch.lower()]
+                                 f'{sorted([*cls.arch_zoo, *cls.arch_aliases])}, or a dict '
+                                 f'with the keys {allowed}')
+            arch = cls.arch_zoo[zoo_name]
         elif isinstance(arch, dict):
             missing = [k for k in cls.essential_keys if k not in arch]
             unknown = sorted(set(arch) - set(cls.essential_keys) - set(cls.optional_keys))
@@ -220,18 +229,20 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         settings.update(copy.deepcopy(arch))
         return settings
 
+    @classmethod
+    def zoo_name(cls, arch: str) -> str:
+        """The ``arch_zoo`` name of an arch name or alias, case-insensitive (``'T'`` ->
+        ``'tiny'``)."""
+        return cls.arch_aliases.get(arch.lower(), arch.lower())
+
     def _select_arch(self, arch) -> Tuple[str, dict]:
         settings = self.check_arch(self.parse_arch(arch))
         if isinstance(arch, str):
-            return self.canonical_arch_name(arch.lower()), settings
-        for name, zoo_arch in self.arch_zoo.items():
+            return self.zoo_name(arch), settings
+        for name in self.arch_zoo:
             if self.parse_arch(name) == settings:
-                return self.canonical_arch_name(name), settings
+                return name, settings
         return f'custom {settings}', settings
-
-    def canonical_arch_name(self, name: str) -> str:
-        """The zoo's long name for an alias (``'t'`` -> ``'tiny'``)."""
-        return name
 
     def check_arch(self, settings: dict) -> dict:
         """Validate (and normalise) parsed arch settings; the family adds its own rules."""
@@ -265,27 +276,16 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         return [rates[start:start + depth] for start, depth in zip(starts, depths)]
 
     # --- forward ------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """A tuple of contiguous NCHW maps, one per ``out_indices`` entry, of ceil(H / s) x
-        ceil(W / s).
+    @staticmethod
+    def nchw_outputs(outs: Sequence[torch.Tensor]) -> Tuple[torch.Tensor, ...]:
+        """The requested outputs as a tuple of contiguous NCHW tensors.
 
-        The stem, then each built stage in turn, through the family's hooks: ``forward_stem``
-        makes the state the stages pass on (a map, or TNT's words and sentences),
-        ``forward_stage`` runs one stage on it and ``stage_output`` reads a requested output.
+        Contiguous whatever layout a stage ran in: mmcv's RoIAlign (CPU and CUDA) reads its input's
+        memory as NCHW and ignores strides, so a channels-last map (the H-MHSA families' maps,
+        TNT's token grids) gives Mask R-CNN's heads features from the wrong pixels and channels.
+        FPN convs keep the layout they are given, so the neck would pass it on.
         """
-        self.check_input(x)
-        state = self.forward_stem(x)
-        outs = []
-        for index, stage in enumerate(self.stages):
-            state = self.forward_stage(stage, state)
-            if index in self.out_indices:
-                # Contiguous NCHW, whatever layout the stage ran in: mmcv's RoIAlign (CPU and
-                # CUDA) reads its input's memory as NCHW and ignores strides, so a channels-last
-                # map (the H-MHSA families' maps, TNT's token grids) gives Mask R-CNN's heads
-                # features from the wrong pixels and channels. FPN convs keep the layout they
-                # are given, so the neck would pass it on.
-                outs.append(self.stage_output(index, state).contiguous())
-        return tuple(outs)
+        return tuple(out.contiguous() for out in outs)
 
     def check_input(self, x: torch.Tensor) -> None:
         """One clear error for an input this backbone cannot take.
@@ -359,7 +359,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         self._freeze_stages()
         if mode and self.norm_eval:
             for module in self.modules():
-                if isinstance(module, _BatchNorm):
+                if isinstance(module, BATCH_NORMS):
                     module.eval()
         return self
 
@@ -377,7 +377,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
             self.init_default_weights()
         for cfg in pretrained:
             self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
-        self._is_init = True
+        self.is_init = True
 
     def load_pretrained(self, filename: str, prefix: Optional[str] = None) -> None:
         """Load a checkpoint file or URL of any known layout (keys under ``prefix`` only)."""
@@ -440,3 +440,13 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
 
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def image_size_pair(owner: str, size) -> Tuple[int, int]:
+    """``pretrain_img_size`` as (height, width), from an int or a pair of positive ints."""
+    pair = (size, size) if _is_int(size) else size
+    if not (isinstance(pair, Sequence) and len(pair) == 2
+            and all(_is_int(side) and side > 0 for side in pair)):
+        raise ValueError(f'{owner}: pretrain_img_size must be a positive int or a pair '
+                         f'(height, width) of positive ints, got {size!r}')
+    return tuple(pair)

@@ -8,25 +8,12 @@ blocks and H-MHSA are TransCNN's (:class:`~mmhvit.models.backbones.hmhsa_base.HM
 HAT-Net differs in its norms (GroupNorm(1, C, eps=1e-6)), its IRB norm placement, its
 single-branch downsample and its arches.
 """
-import torch
 import torch.nn as nn
 
 from ...registry import register_backbone
 from ..converters import convert_hatnet_checkpoint
-from ..layers import build_norm2d
+from ..layers import ConvDownsample
 from .hmhsa_base import HMHSABackbone
-
-
-class ConvDownsample(nn.Module):
-    """HAT-Net's stage transition: ``norm(conv3x3 s2 p1(x))``, no activation."""
-
-    def __init__(self, in_dims: int, out_dims: int, norm_cfg: dict):
-        super().__init__()
-        self.conv = nn.Conv2d(in_dims, out_dims, 3, stride=2, padding=1)
-        self.norm = build_norm2d(norm_cfg, out_dims)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.conv(x))
 
 
 @register_backbone(plain_name=True)

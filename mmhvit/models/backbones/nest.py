@@ -8,157 +8,25 @@ import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.model.weight_init import trunc_normal_
 
 from ...registry import register_backbone
 from ..converters import convert_nest_checkpoint, describe_nest_checkpoint
 from ..converters.nest import OFFICIAL_LEVELS
 from ..layers import (
-    BackboneStage,
+    BlockAggregation,
+    NesTPatchEmbed,
+    NesTStage,
     TransformerLayer,
+    blocks_to_map,
     build_norm2d,
-    fitted_window,
-    is_exporting,
-    pad_nchw,
-    pad_nhwc,
-    padding_to_multiple,
+    map_to_blocks,
     resize_pos_map,
     trunc_normal_init,
-    window_key_mask,
-    window_partition,
-    window_reverse,
 )
-from .base_backbone import HViTBackbone
+from .base_backbone import HViTBackbone, image_size_pair
 
 POOL_PADDINGS = ('same', 'symmetric')
-
-
-class NesTPatchEmbed(nn.Module):
-    """Non-overlapping ``patch_size`` conv; the image is zero-padded to whole patches first."""
-
-    def __init__(self, in_channels: int, embed_dims: int, patch_size: int):
-        super().__init__()
-        self.patch_size = patch_size
-        self.proj = nn.Conv2d(in_channels, embed_dims, patch_size, stride=patch_size)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pad_h, pad_w = padding_to_multiple(x.shape[-2], x.shape[-1], self.patch_size)
-        return self.proj(pad_nchw(x, pad_h, pad_w))
-
-
-class BlockAggregation(nn.Module):
-    """conv3x3 -> norm over channels -> max-pool 3x3 stride 2: NCHW (H, W) -> ceil(H/2, W/2).
-
-    ``padding='same'`` reproduces TF "SAME" pooling (for an even side: nothing before, one after),
-    which the official weights were trained with; ``'symmetric'`` pads one on each side (timm's
-    non-jx models). Both give ceil(n / 2) outputs for any side n, odd or even.
-    """
-
-    def __init__(self, in_dims: int, out_dims: int, norm_cfg: dict, padding: str = 'same'):
-        super().__init__()
-        self.padding = padding
-        self.conv = nn.Conv2d(in_dims, out_dims, 3, padding=1)
-        self.norm = build_norm2d(norm_cfg, out_dims)
-
-    @staticmethod
-    def _same_pad(size: int) -> Tuple[int, int]:
-        total = max((math.ceil(size / 2) - 1) * 2 + 3 - size, 0)
-        return total // 2, total - total // 2
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.norm(self.conv(x))
-        if self.padding == 'symmetric':
-            return F.max_pool2d(x, 3, 2, padding=1)
-        if is_exporting():
-            # SAME padding is (n % 2 before, 1 after) for every side n: pad one on each side, then
-            # drop the first row/col of even sides (sizes are traced values: no branch on them).
-            x = F.pad(x, (1, 1, 1, 1), value=torch.finfo(x.dtype).min)
-            return F.max_pool2d(x[..., 1 - x.shape[-2] % 2:, 1 - x.shape[-1] % 2:], 3, 2)
-        top, bottom = self._same_pad(x.shape[-2])
-        left, right = self._same_pad(x.shape[-1])
-        x = F.pad(x, (left, right, top, bottom), value=float('-inf'))
-        return F.max_pool2d(x, 3, 2)
-
-
-def blocks_to_map(pos: torch.Tensor, layout: Tuple[int, int, int, int]) -> torch.Tensor:
-    """(1, rows * cols, bh * bw, C) blocked embedding -> (1, C, rows * bh, cols * bw) map."""
-    rows, cols, bh, bw = layout
-    channels = pos.shape[-1]
-    pos = pos.reshape(1, rows, cols, bh, bw, channels).permute(0, 5, 1, 3, 2, 4)
-    return pos.reshape(1, channels, rows * bh, cols * bw)
-
-
-def map_to_blocks(pos: torch.Tensor, layout: Tuple[int, int, int, int]) -> torch.Tensor:
-    """Inverse of :func:`blocks_to_map`."""
-    rows, cols, bh, bw = layout
-    channels = pos.shape[1]
-    pos = pos.reshape(1, channels, rows, bh, cols, bw).permute(0, 2, 4, 3, 5, 1)
-    return pos.reshape(1, rows * cols, bh * bw, channels)
-
-
-class NesTStage(BackboneStage):
-    """One level: (block aggregation), position embedding, transformer layers over blocks.
-
-    Works on the valid (unpadded) NCHW token map. For the layers the map is zero-padded at the
-    bottom/right to whole blocks, the blocks become a batch axis (weights shared by all blocks,
-    one attention call), and padded tokens are masked out as keys, so valid outputs never depend
-    on the padding; the padded rows/cols are dropped again.
-
-    Args:
-        blocks (list[TransformerLayer]): The layers.
-        block_size (int): Block side in tokens.
-        pos_layout (tuple, optional): (rows, cols, bh, bw) of the position embedding at the
-            pre-training size; None: no position embedding.
-        downsample (nn.Module, optional): Block aggregation from the previous level.
-        out_norm (nn.Module, optional): Norm of this stage's output only (the ImageNet model's
-            final norm); the next stage takes the map before it.
-    """
-
-    def __init__(self, blocks: List[nn.Module], block_size: int,
-                 pos_layout: Optional[Tuple[int, int, int, int]],
-                 downsample: Optional[nn.Module] = None, out_norm: Optional[nn.Module] = None):
-        super().__init__()
-        self.block_size = block_size
-        self.pos_layout = pos_layout
-        self.downsample = downsample
-        self.pos_embed = None
-        if pos_layout is not None:
-            rows, cols, bh, bw = pos_layout
-            dims = blocks[0].norm1.normalized_shape[0]
-            self.pos_embed = nn.Parameter(torch.zeros(1, rows * cols, bh * bw, dims))
-        self.blocks = nn.ModuleList(blocks)
-        self.out_norm = out_norm
-
-    def pos_map(self, size: Tuple[int, int]) -> torch.Tensor:
-        """The position embedding as one (1, H, W, C) map over the level's real token grid."""
-        pos = resize_pos_map(blocks_to_map(self.pos_embed, self.pos_layout), size)
-        return pos.permute(0, 2, 3, 1)
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """NCHW map -> (the map the next stage takes, this stage's output)."""
-        if self.downsample is not None:
-            x = self.downsample(x)
-        if self.pos_embed is not None or len(self.blocks):
-            x = self._attend(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2).contiguous()
-        out = x if self.out_norm is None else self.out_norm(x).contiguous()
-        return x, out
-
-    def _attend(self, x: torch.Tensor) -> torch.Tensor:
-        """Position embedding and layers on an NHWC map."""
-        height, width = x.shape[1:3]
-        if self.pos_embed is not None:
-            x = x + self.pos_map((height, width))
-        if not len(self.blocks):
-            return x
-        bh, bw = fitted_window(self.block_size, height, width)
-        pad_h, pad_w = padding_to_multiple(height, width, bh, bw)
-        key_mask = window_key_mask(height, width, pad_h, pad_w, bh, bw, x.device)
-        tokens = window_partition(pad_nhwc(x, pad_h, pad_w), bh, bw)
-        for block in self.blocks:
-            tokens = self.run_block(block, tokens, key_mask)
-        return window_reverse(tokens, bh, bw, height + pad_h, width + pad_w)[:, :height, :width]
 
 
 @register_backbone(plain_name=True)
@@ -204,13 +72,14 @@ class NesT(HViTBackbone):
     """
 
     arch_zoo = {
-        **dict.fromkeys(['t', 'tiny'], dict(embed_dims=[96, 192, 384, 768], depths=[2, 2, 8, 0],
-                                            num_heads=[3, 6, 12, 24])),
-        **dict.fromkeys(['s', 'small'], dict(embed_dims=[96, 192, 384, 768],
-                                             depths=[2, 2, 20, 0], num_heads=[3, 6, 12, 24])),
-        **dict.fromkeys(['b', 'base'], dict(embed_dims=[128, 256, 512, 1024],
-                                            depths=[2, 2, 20, 0], num_heads=[4, 8, 16, 32])),
+        'tiny': dict(embed_dims=[96, 192, 384, 768], depths=[2, 2, 8, 0],
+                     num_heads=[3, 6, 12, 24]),
+        'small': dict(embed_dims=[96, 192, 384, 768], depths=[2, 2, 20, 0],
+                      num_heads=[3, 6, 12, 24]),
+        'base': dict(embed_dims=[128, 256, 512, 1024], depths=[2, 2, 20, 0],
+                     num_heads=[4, 8, 16, 32]),
     }
+    arch_aliases = {'t': 'tiny', 's': 'small', 'b': 'base'}
     essential_keys = ('embed_dims', 'depths', 'num_heads')
     optional_keys = dict(block_size=14, patch_size=4, mlp_ratio=4., qkv_bias=True)
     default_norm_cfg = dict(type='LN', eps=1e-6)
@@ -230,22 +99,10 @@ class NesT(HViTBackbone):
             raise TypeError(f'NesT: final_norm must be a bool, got {final_norm!r}')
         self.pool_padding = pool_padding
         self.final_norm = final_norm
-        self.pretrain_img_size = self._check_img_size(pretrain_img_size)
+        self.pretrain_img_size = image_size_pair('NesT', pretrain_img_size)
         super().__init__(arch, **kwargs)
 
     # --- construction -------------------------------------------------------------------------
-    def _check_img_size(self, size) -> Tuple[int, int]:
-        if isinstance(size, int):
-            size = (size, size)
-        if not (isinstance(size, Sequence) and len(size) == 2
-                and all(isinstance(s, int) and s > 0 for s in size)):
-            raise TypeError(f'NesT: pretrain_img_size must be an int or a pair of ints, got '
-                            f'{size!r}')
-        return tuple(size)
-
-    def canonical_arch_name(self, name: str) -> str:
-        return {'t': 'tiny', 's': 'small', 'b': 'base'}.get(name, name)
-
     def check_arch(self, settings: dict) -> dict:
         settings = super().check_arch(settings)
         for key in self.essential_keys:
@@ -284,16 +141,19 @@ class NesT(HViTBackbone):
         layouts = self._pos_layouts()
         for i in range(self.num_built_stages):
             blocks = [
-                TransformerLayer(dims[i], s['num_heads'][i], s['mlp_ratio'], self.qkv_bias,
-                                 self.drop_rate, self.attn_drop_rate, rate, self.norm_cfg,
-                                 self.act_cfg) for rate in rates[i]
+                TransformerLayer(dims[i], s['num_heads'][i], mlp_ratio=s['mlp_ratio'],
+                                 qkv_bias=self.qkv_bias, drop_rate=self.drop_rate,
+                                 attn_drop_rate=self.attn_drop_rate, drop_path_rate=rate,
+                                 norm_cfg=self.norm_cfg, act_cfg=self.act_cfg)
+                for rate in rates[i]
             ]
-            downsample = (BlockAggregation(dims[i - 1], dims[i], self.norm_cfg,
-                                           self.pool_padding) if i else None)
+            downsample = (BlockAggregation(dims[i - 1], dims[i], norm_cfg=self.norm_cfg,
+                                           padding=self.pool_padding) if i else None)
             final = self.final_norm and i == self.pretrained_stages - 1 and i in self.out_indices
             out_norm = build_norm2d(self.norm_cfg, dims[i]) if final else None
             self.stages.append(
-                NesTStage(blocks, s['block_size'], layouts[i], downsample, out_norm))
+                NesTStage(blocks, s['block_size'], pos_layout=layouts[i], downsample=downsample,
+                          out_norm=out_norm))
 
     def init_default_weights(self) -> None:
         """Official init: trunc-normal(0.02) for dense/conv kernels and embeddings, zero bias."""
@@ -302,17 +162,17 @@ class NesT(HViTBackbone):
             if stage.pos_embed is not None:
                 trunc_normal_(stage.pos_embed, std=.02)
 
-    # --- forward: a stage returns (the map the next stage takes, its output) -------------------
-    def forward_stem(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    # --- forward ------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        self.check_input(x)
         x = self.patch_embed(x)
-        return x, x
-
-    def forward_stage(self, stage: NesTStage, state: Tuple[torch.Tensor, torch.Tensor]
-                      ) -> Tuple[torch.Tensor, torch.Tensor]:
-        return stage(state[0])
-
-    def stage_output(self, index: int, state: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return state[1]
+        outs = []
+        for index, stage in enumerate(self.stages):
+            x = stage(x)
+            if index in self.out_indices:
+                # The final norm feeds the output only; the next level takes the map before it.
+                outs.append(x if stage.out_norm is None else stage.out_norm(x))
+        return self.nchw_outputs(outs)
 
     # --- checkpoints --------------------------------------------------------------------------
     def pos_embed_keys(self) -> Tuple[str, ...]:

@@ -7,35 +7,12 @@ ImageNet weights load through
 :func:`~mmhvit.models.converters.convert_transcnn_checkpoint`; on top of it this version takes
 any input size and offers the paper's iterative H-MHSA as ``attn_mode='iterative'``.
 """
-import torch
 import torch.nn as nn
 
 from ...registry import register_backbone
 from ..converters import convert_transcnn_checkpoint
-from ..layers import build_inplace_activation, build_norm2d, pool_cells
+from ..layers import TwoBranchDownsample
 from .hmhsa_base import HMHSABackbone
-
-
-class TwoBranchDownsample(nn.Module):
-    """TDB: ``act(norm1(conv3x3 s2(x)) + norm2(conv1x1(maxpool2x2(x))))``.
-
-    The max pool runs in ceil mode, so an odd side gives ceil(H/2) like the strided conv (the
-    official floor-mode pool crashes there); its last cell takes the max of the pixels that exist,
-    as if the map were padded to even with -inf. Even sides are exactly the official layer.
-    """
-
-    def __init__(self, in_dims: int, out_dims: int, norm_cfg: dict = dict(type='BN'),
-                 act_cfg: dict = dict(type='SiLU')):
-        super().__init__()
-        self.conv = nn.Conv2d(in_dims, out_dims, 3, stride=2, padding=1)
-        self.residual = nn.Conv2d(in_dims, out_dims, 1)
-        self.norm1 = build_norm2d(norm_cfg, out_dims)
-        self.norm2 = build_norm2d(norm_cfg, out_dims)
-        self.act = build_inplace_activation(act_cfg)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pooled = pool_cells(x, 2, 'max')  # ceil-mode 2x2 max pool, export-safe when traced
-        return self.act(self.norm1(self.conv(x)) + self.norm2(self.residual(pooled)))
 
 
 @register_backbone(plain_name=True)
@@ -83,7 +60,7 @@ class TransCNN(HMHSABackbone):
     default_norm_cfg = dict(type='BN', requires_grad=True)
 
     def build_downsample(self, in_dims: int, out_dims: int) -> nn.Module:
-        return TwoBranchDownsample(in_dims, out_dims, self.norm_cfg, self.act_cfg)
+        return TwoBranchDownsample(in_dims, out_dims, norm_cfg=self.norm_cfg, act_cfg=self.act_cfg)
 
     def convert_checkpoint(self, state_dict: dict) -> dict:
         return convert_transcnn_checkpoint(state_dict)

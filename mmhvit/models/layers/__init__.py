@@ -9,17 +9,40 @@ from .attention import (
 )
 from .export import is_exporting
 from .hmhsa import HMHSA, grid_attention
+from .hmhsa_blocks import (
+                        ConvDownsample,
+                        InvertedResidual,
+                        TransCNNBlock,
+                        TransCNNStage,
+                        TwoBranchDownsample,
+)
 from .mlp import Mlp
-from .norm import LayerNorm2d, build_norm2d
+from .nest_blocks import (
+                        BlockAggregation,
+                        NesTPatchEmbed,
+                        NesTStage,
+                        blocks_to_map,
+                        map_to_blocks,
+)
+from .norm import BATCH_NORMS, LayerNorm2d, build_norm2d
 from .pooling import pool_cells
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
+from .pyramid_tnt_blocks import (
+                        PyramidTNTBlock,
+                        PyramidTNTStage,
+                        PyramidTNTStem,
+                        SentenceMerge,
+                        WordMerge,
+                        build_pyramid_tnt_upsample,
+)
 from .stage import BackboneStage
 from .tnt_blocks import (
                         PATCH_SIZE,
                         WORD_SIZE,
                         TNTBlock,
                         TNTEmbed,
+                        TNTStage,
                         WordMap,
                         WordsToSentence,
                         words_to_map,
@@ -48,12 +71,17 @@ __all__ = [
     'build_inplace_activation',
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'export_attention_chunk',
     'split_heads',
-    'merge_heads', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d', 'build_norm2d',
+    'merge_heads', 'BATCH_NORMS', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d',
+    'build_norm2d',
     'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',
     'ClassTokenWindowAttention', 'TokenGrids', 'TransformerLayer',
     'padding_to_multiple', 'pad_nchw', 'pad_nhwc', 'window_partition', 'window_reverse',
     'window_key_mask', 'cls_window_key_masks', 'fitted_window', 'is_exporting', 'ceil_div',
     'trunc_normal_init', 'PATCH_SIZE', 'WORD_SIZE', 'TNTBlock', 'TNTEmbed', 'WordMap',
-    'WordsToSentence', 'words_to_map'
+    'WordsToSentence', 'words_to_map', 'TNTStage',
+    'InvertedResidual', 'TransCNNBlock', 'TransCNNStage', 'TwoBranchDownsample', 'ConvDownsample',
+    'NesTPatchEmbed', 'BlockAggregation', 'NesTStage', 'blocks_to_map', 'map_to_blocks',
+    'PyramidTNTStem', 'WordMerge', 'SentenceMerge', 'PyramidTNTBlock', 'PyramidTNTStage',
+    'build_pyramid_tnt_upsample'
 ]

@@ -12,8 +12,8 @@ from .export import is_exporting
 
 ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # Up to this many keys, plain matmul + softmax beats the CPU SDPA kernels (TNT's 16-word sentences,
-# TransCNN's 8x8 windows: 1.2-1.6x faster on x86 with torch 2.14; measured by
-# tools/analysis_tools/benchmark.py). GPUs always take SDPA's fused kernels.
+# TransCNN's 8x8 windows; tools/analysis_tools/benchmark.py times both). GPUs always take SDPA's
+# fused kernels.
 CPU_SHORT_SEQUENCE = 64
 # Queries per chunk of exported attention; None: whole (see export_attention_chunk).
 _export_chunk: Optional[int] = None

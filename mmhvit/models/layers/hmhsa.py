@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from .attention import multihead_attention
 from .export import is_exporting
+from .lean import TO_CHANNELS_LAST, lean_layer
 from .norm import build_norm2d
 from .pooling import pool_cells
 from .windows import (
@@ -95,6 +96,7 @@ class HMHSA(nn.Module):
             self.kv = nn.Linear(embed_dims, embed_dims * 2, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.drop = nn.Dropout2d(drop_rate)
+        self.lean = True  # see mmhvit.models.layers.lean
 
     def _check_arguments(self, embed_dims, num_heads, grid_size, ds_ratio, mode) -> None:
         if mode not in self.modes:
@@ -113,14 +115,16 @@ class HMHSA(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, height, width = x.shape
-        normed = self.norm(x).permute(0, 2, 3, 1)
-        qkv = self.qkv(normed)
-        if self.grid_size == 1:
-            out = self._attention(*qkv.flatten(1, 2).chunk(3, dim=-1))
-        elif self.mode == 'official':
-            out = self._official_steps(x, qkv)
+        if self.mode == 'iterative' and self.grid_size > 1:  # its steps add the normed tokens
+            normed = self.norm(x).permute(0, 2, 3, 1)
+            out = self._iterative_steps(normed, self.qkv(normed))
         else:
-            out = self._iterative_steps(normed, qkv)
+            # qkv(norm(x)), backward keeping x rather than the normed tokens (lean_layer)
+            qkv = lean_layer([self.norm, TO_CHANNELS_LAST], self.qkv, x, self.lean)
+            if self.grid_size == 1:
+                out = self._attention(*qkv.flatten(1, 2).chunk(3, dim=-1))
+            else:
+                out = self._official_steps(x, qkv)
         out = self.proj(out).reshape(batch, height, width, channels).permute(0, 3, 1, 2)
         return self.drop(out)
 

@@ -1,5 +1,10 @@
+from typing import Optional
+
+import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer
+
+from .lean import lean_layer
 
 
 class Mlp(nn.Module):
@@ -10,6 +15,10 @@ class Mlp(nn.Module):
         hidden_dims (int): Hidden channels.
         act_cfg (dict): Activation. Default: GELU.
         drop_rate (float): Dropout after the activation and after fc2.
+
+    ``forward(x, pre_norm)`` normalises ``x`` first (the transformer layer's norm2). With ``lean``
+    (default), fc1's and fc2's inputs (the normalised tokens, the activations) are recomputed in
+    backward rather than kept (:func:`~mmhvit.models.layers.lean.lean_layer`).
     """
 
     def __init__(self, embed_dims: int, hidden_dims: int, act_cfg: dict = dict(type='GELU'),
@@ -20,6 +29,8 @@ class Mlp(nn.Module):
         self.drop1 = nn.Dropout(drop_rate)
         self.fc2 = nn.Linear(hidden_dims, embed_dims)
         self.drop2 = nn.Dropout(drop_rate)
+        self.lean = True
 
-    def forward(self, x):
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+    def forward(self, x: torch.Tensor, pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
+        x = lean_layer([pre_norm or nn.Identity()], self.fc1, x, self.lean)
+        return self.drop2(lean_layer([self.act, self.drop1], self.fc2, x, self.lean))

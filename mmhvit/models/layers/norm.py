@@ -2,6 +2,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 
+# The norms with running statistics (what ``norm_eval`` keeps in eval mode).
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
 
 class LayerNorm2d(nn.LayerNorm):
     """LayerNorm over the channels of an NCHW map."""

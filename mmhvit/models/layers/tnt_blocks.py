@@ -1,12 +1,13 @@
 """TNT's layers: the stem (:class:`TNTEmbed`), the block (:class:`TNTBlock`: inner word layer,
-word-to-sentence update, outer sentence layer) and the word maps a pyramid output can add.
+word-to-sentence update, outer sentence layer), the stage (:class:`TNTStage`) and the word maps a
+pyramid output can add.
 PyramidTNT reuses :class:`WordsToSentence`; the FSDP wrap policy wraps :class:`TNTBlock`.
 
 `Transformer in Transformer <https://arxiv.org/abs/2103.00112>`_ (Han et al., NeurIPS 2021),
 following the official code (``huawei-noah/Efficient-AI-Backbones``, ``tnt_pytorch/tnt.py``).
 """
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -15,6 +16,7 @@ from mmcv.cnn import ConvModule, build_norm_layer
 from .norm import build_norm2d
 from .pooling import pool_cells
 from .pos_embed import resize_pos_map
+from .stage import BackboneStage
 from .transformer import ClassTokenWindowAttention, TokenGrids, TransformerLayer
 from .windows import pad_nchw
 
@@ -57,14 +59,15 @@ class SentenceLayer(TransformerLayer):
     def __init__(self, embed_dims: int, num_heads: int, se: bool = False,
                  window_size: Optional[int] = None, qkv_bias: bool = False,
                  drop_rate: float = 0., attn_drop_rate: float = 0., **kwargs):
-        attn = ClassTokenWindowAttention(embed_dims, num_heads, qkv_bias, attn_drop_rate,
-                                         drop_rate, window_size=window_size)
+        attn = ClassTokenWindowAttention(embed_dims, num_heads, qkv_bias=qkv_bias,
+                                         attn_drop_rate=attn_drop_rate, proj_drop_rate=drop_rate,
+                                         window_size=window_size)
         super().__init__(embed_dims, num_heads, qkv_bias=qkv_bias, drop_rate=drop_rate,
                          attn_drop_rate=attn_drop_rate, attn=attn, **kwargs)
         self.se = SqueezeExcite(self.norm2.normalized_shape[0]) if se else None
 
     def feed_forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        out = self.mlp(x)
+        out = self.mlp(x, self.norm2)
         return out if self.se is None else out + self.se(out, key_mask)
 
 
@@ -115,8 +118,8 @@ class TNTBlock(nn.Module):
                  window_size: Optional[int] = None, **layer_kwargs):
         super().__init__()
         self.inner = TransformerLayer(inner_dims, inner_num_heads, **layer_kwargs)
-        self.word_proj = WordsToSentence(inner_dims, embed_dims, layer_kwargs['norm_cfg'], legacy,
-                                         num_words)
+        self.word_proj = WordsToSentence(inner_dims, embed_dims, layer_kwargs['norm_cfg'],
+                                         legacy=legacy, num_words=num_words)
         self.outer = SentenceLayer(embed_dims, num_heads, se=se, window_size=window_size,
                                    **layer_kwargs)
 
@@ -236,3 +239,27 @@ def words_to_map(words: torch.Tensor, batch: int, padded: Tuple[int, int],
     fmap = words.reshape(batch, padded[0], padded[1], side, side, channels)
     return fmap.permute(0, 5, 1, 3, 2, 4).reshape(batch, channels, padded[0] * side,
                                                   padded[1] * side)
+
+
+class TNTStage(BackboneStage):
+    """The blocks that feed one output (as Swin's ``SwinBlockSequence``), the output's norm and
+    rescaling of the stride-16 sentence map to the output's stride (as mmdet's Swin normalises
+    each output), and, in the stage of the last block, the final norm of the ImageNet model."""
+
+    def __init__(self, blocks: List[nn.Module], out_norm: Optional[nn.Module] = None,
+                 out_proj: Optional[nn.Module] = None, norm: Optional[nn.Module] = None,
+                 word_map: Optional[nn.Module] = None):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.out_norm = out_norm
+        self.out_proj = out_proj
+        self.word_map = word_map
+        self.norm = norm
+
+    def forward(self, words: torch.Tensor, sentences: torch.Tensor,
+                key_mask: Optional[torch.Tensor] = None, grid: Optional[TokenGrids] = None):
+        for block in self.blocks:
+            words, sentences = self.run_block(block, words, sentences, key_mask, grid)
+        if self.norm is not None:
+            sentences = self.norm(sentences)
+        return words, sentences

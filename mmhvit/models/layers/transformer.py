@@ -7,6 +7,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
+from .lean import lean_layer
 from .mlp import Mlp
 from .pooling import pool_cells
 from .pos_embed import AttnBiasRows
@@ -48,10 +49,17 @@ class MultiheadSelfAttention(nn.Module):
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop_rate)
+        self.lean = True  # see mmhvit.models.layers.lean
 
-    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
+    def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
+                pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
+        q, k, v = self.project(self.qkv, x, pre_norm).chunk(3, dim=-1)
         return self.proj_drop(self.proj(self._attend(q, k, v, key_mask)))
+
+    def project(self, layer: nn.Module, x: torch.Tensor,
+                pre_norm: Optional[nn.Module]) -> torch.Tensor:
+        """``layer(pre_norm(x))``, backward keeping ``x`` rather than the normed tokens."""
+        return lean_layer([pre_norm or nn.Identity()], layer, x, self.lean)
 
     def _attend(self, q, k, v, key_mask):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
@@ -84,26 +92,29 @@ class ClassTokenWindowAttention(MultiheadSelfAttention):
         self.window_size = window_size
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
-                grid: Optional[TokenGrids] = None) -> torch.Tensor:
+                grid: Optional[TokenGrids] = None,
+                pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
         """Attend; the output has the input's layout.
 
         Args:
             x (Tensor): (B, 1 + N, C), the class token, then the N tokens of the padded grid.
             key_mask (Tensor, optional): Bool (1, 1 + N), True for real tokens; None: all real.
             grid (tuple): The real and padded grids (:data:`TokenGrids`); needed with windows.
+            pre_norm (nn.Module, optional): The norm applied to ``x`` first.
 
         Returns:
             Tensor: (B, 1 + N, C); tokens outside the real grid get a zero attention update.
         """
         if self.window_size is None:
-            return super().forward(x, key_mask)
+            return super().forward(x, key_mask, pre_norm)
         if grid is None:
             raise ValueError(f'a windowed {type(self).__name__} needs the token grid (grid=)')
         (rows, cols), (padded_rows, padded_cols) = grid
         batch, channels = x.shape[0], x.shape[-1]
         win_h, win_w = fitted_window(self.window_size, rows, cols)
         pad_h, pad_w = padding_to_multiple(rows, cols, win_h, win_w)
-        windows = self._partition(self.qkv(x), grid, pad_h, pad_w, win_h, win_w)
+        windows = self._partition(self.project(self.qkv, x, pre_norm), grid, pad_h, pad_w, win_h,
+                                  win_w)
         count = windows.shape[0] // batch  # windows per image
         window_mask, cls_mask = cls_window_key_masks(
             window_key_mask(rows, cols, pad_h, pad_w, win_h, win_w, x.device), count,
@@ -170,19 +181,24 @@ class ReducedAttention(nn.Module):
             self.reduce_norm = build_norm_layer(norm_cfg, embed_dims)[1]
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop_rate)
+        self.lean = True  # see mmhvit.models.layers.lean
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
                 grid: Optional[Tuple[int, int]] = None,
-                attn_bias: Union[torch.Tensor, AttnBiasRows, None] = None) -> torch.Tensor:
+                attn_bias: Union[torch.Tensor, AttnBiasRows, None] = None,
+                pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
         """x: (B, h * w, C) tokens of an h x w ``grid``; ``attn_bias``: (1, heads, queries,
-        keys), or :class:`AttnBiasRows` to attend a few query rows at a time."""
-        keys = x
+        keys), or :class:`AttnBiasRows` to attend a few query rows at a time; ``pre_norm``: the
+        norm applied to ``x`` first (backward keeps ``x`` rather than the normed tokens)."""
+        pre_norm = pre_norm or nn.Identity()
         if self.sr_ratio > 1:
-            keys = x.transpose(1, 2).reshape(x.shape[0], -1, *grid)
+            keys = pre_norm(x).transpose(1, 2).reshape(x.shape[0], -1, *grid)
             keys = pool_cells(keys, self.sr_ratio, 'avg').flatten(2).transpose(1, 2)
-            keys = self.reduce_norm(self.reduce(keys))
-        k, v = self.kv(keys).chunk(2, dim=-1)
-        q = self.q(x)
+            kv = self.kv(self.reduce_norm(self.reduce(keys)))
+        else:
+            kv = lean_layer([pre_norm], self.kv, x, self.lean)
+        k, v = kv.chunk(2, dim=-1)
+        q = lean_layer([pre_norm], self.q, x, self.lean)
         if isinstance(attn_bias, AttnBiasRows):
             out = torch.cat([self._attend(q[:, start:end], k, v, key_mask, bias)
                              for start, end, bias in attn_bias], dim=1)
@@ -197,7 +213,7 @@ class ReducedAttention(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """``x + drop_path(attn(norm1(x)))``, then ``x + drop_path(feed_forward(norm2(x)))``.
+    """``x + drop_path(attn(norm1(x)))``, then ``x + drop_path(mlp(norm2(x)))``.
 
     Args:
         embed_dims (int): Token channels.
@@ -214,8 +230,8 @@ class TransformerLayer(nn.Module):
             alone. PyramidTNT's inner layers normalise the 16 words of a sentence together:
             ``(16, embed_dims)``.
         attn (nn.Module, optional): The attention, called as ``attn(x, key_mask=...,
-            **attn_kwargs)``; default :class:`MultiheadSelfAttention` (from ``num_heads``,
-            ``qkv_bias``, ``attn_drop_rate``, ``drop_rate``).
+            pre_norm=norm1, **attn_kwargs)``; default :class:`MultiheadSelfAttention` (from
+            ``num_heads``, ``qkv_bias``, ``attn_drop_rate``, ``drop_rate``).
     """
 
     def __init__(self, embed_dims: int, num_heads: int, mlp_ratio: float = 4.,
@@ -227,16 +243,20 @@ class TransformerLayer(nn.Module):
         norm_shape = embed_dims if norm_shape is None else tuple(norm_shape)
         self.norm1 = build_norm_layer(norm_cfg, norm_shape)[1]
         self.attn = attn if attn is not None else MultiheadSelfAttention(
-            embed_dims, num_heads, qkv_bias, attn_drop_rate, drop_rate)
+            embed_dims, num_heads, qkv_bias=qkv_bias, attn_drop_rate=attn_drop_rate,
+            proj_drop_rate=drop_rate)
         self.norm2 = build_norm_layer(norm_cfg, norm_shape)[1]
-        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), act_cfg, drop_rate)
+        self.mlp = Mlp(embed_dims, int(embed_dims * mlp_ratio), act_cfg=act_cfg,
+                       drop_rate=drop_rate)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
                 **attn_kwargs) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), key_mask=key_mask, **attn_kwargs))
-        return x + self.drop_path(self.feed_forward(self.norm2(x), key_mask))
+        x = x + self.drop_path(self.attn(x, key_mask=key_mask, pre_norm=self.norm1,
+                                         **attn_kwargs))
+        return x + self.drop_path(self.feed_forward(x, key_mask))
 
     def feed_forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        """The MLP branch (a subclass may gate it, e.g. TNT's squeeze-excitation)."""
-        return self.mlp(x)
+        """The MLP branch on ``norm2(x)`` (a subclass may gate it, e.g. TNT's
+        squeeze-excitation)."""
+        return self.mlp(x, self.norm2)

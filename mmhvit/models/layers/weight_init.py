@@ -4,7 +4,9 @@ from typing import Tuple, Type
 import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
-NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
+from .norm import BATCH_NORMS
+
+NORM_LAYERS = (*BATCH_NORMS, nn.GroupNorm, nn.LayerNorm)
 
 
 def trunc_normal_init(model: nn.Module,

@@ -81,8 +81,9 @@ class HMHSAPlugin(BaseModule):
         else:
             self.reduce = nn.Conv2d(in_channels, embed_dims, 1)
             self.expand = nn.Conv2d(embed_dims, in_channels, 1)
-        self.attn = HMHSA(embed_dims, num_heads, grid_size, ds_ratio, mode, qkv_bias, drop_rate,
-                          attn_drop_rate, norm_cfg)
+        self.attn = HMHSA(embed_dims, num_heads, grid_size=grid_size, ds_ratio=ds_ratio,
+                          mode=mode, qkv_bias=qkv_bias, drop_rate=drop_rate,
+                          attn_drop_rate=attn_drop_rate, norm_cfg=norm_cfg)
         self.drop_path = DropPath(drop_path_rate) if drop_path_rate > 0. else nn.Identity()
         self._zero_last()  # the identity start holds even if init_weights is never called
 

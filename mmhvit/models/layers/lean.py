@@ -1,0 +1,200 @@
+"""Memory-lean training: element-wise work recomputed in backward instead of kept alive.
+
+A conv or linear layer keeps its input for the gradient of its weight. When that input is the
+output of cheap work (a norm, an activation, a depthwise conv) on a tensor that autograd keeps
+anyway, ``layer(chain(x))`` needs only ``x``: :func:`lean_layer` computes it that way, keeping
+``x`` and recomputing ``chain(x)`` in backward. Outputs, gradients and BatchNorm running
+statistics are those of the plain modules; the backward of ``layer`` uses the kernels autograd
+would (:mod:`torch.nn.grad`), so ``layer``'s forward is not repeated.
+
+It applies while training with gradients, to the modules it can recompute exactly (``RECOMPUTED``:
+norms without state and BatchNorm, whose running statistics are updated once, in forward;
+activations; convs; dropout with p = 0). Anything else (SyncBN, a dropout that draws a mask)
+takes the plain path. The recompute reads the weights the forward was given (not the modules'
+attributes at backward time, which FSDP swaps) and replays the forward's autocast.
+"""
+from typing import List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .norm import LayerNorm2d
+
+
+class ChannelsLast(nn.Module):
+    """NCHW -> NHWC (a permuted view): a map's pixels as tokens for a linear layer."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 2, 3, 1)
+
+
+TO_CHANNELS_LAST = ChannelsLast()  # holds nothing: one instance serves every caller
+
+# Not SyncBatchNorm: its recompute would all-reduce again.
+RECOMPUTED_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
+# LayerNorm2d is a LayerNorm.
+WEIGHTED = (*RECOMPUTED_BATCH_NORMS, nn.GroupNorm, nn.LayerNorm, nn.Conv2d)
+WITHOUT_WEIGHTS = (nn.Identity, ChannelsLast, nn.SiLU, nn.GELU, nn.ReLU, nn.ReLU6, nn.Hardswish,
+                   nn.Sigmoid, nn.Tanh)
+AUTOCAST_DEVICES = ('cpu', 'cuda')
+
+
+def recomputable(module: nn.Module) -> bool:
+    """Whether :func:`lean_layer` can recompute ``module`` exactly in backward."""
+    if isinstance(module, nn.SyncBatchNorm):
+        return False
+    if isinstance(module, (nn.Dropout, nn.Dropout2d)):
+        return module.p == 0 or not module.training
+    if isinstance(module, nn.Conv2d):
+        return module.padding_mode == 'zeros'
+    return isinstance(module, WEIGHTED + WITHOUT_WEIGHTS)
+
+
+def weights_of(module: nn.Module) -> List[Optional[torch.Tensor]]:
+    """``[weight, bias]`` of a module with weights (either may be None), ``[]`` otherwise."""
+    if not isinstance(module, WEIGHTED):
+        return []
+    return [module.weight, module.bias]
+
+
+def recompute_module(module: nn.Module, x: torch.Tensor, weight=None,
+                     bias=None) -> torch.Tensor:
+    """``module(x)`` again in backward, with the ``weight`` and ``bias`` the forward used; a
+    BatchNorm normalises as it did (the batch's statistics in training) without updating its
+    running statistics a second time."""
+    if isinstance(module, RECOMPUTED_BATCH_NORMS):
+        use_batch = module.training or not module.track_running_stats
+        running = (None, None) if use_batch else (module.running_mean, module.running_var)
+        return F.batch_norm(x, *running, weight, bias, use_batch, 0., module.eps)
+    if isinstance(module, LayerNorm2d):
+        return F.layer_norm(x.permute(0, 2, 3, 1), module.normalized_shape, weight, bias,
+                            module.eps).permute(0, 3, 1, 2)
+    if isinstance(module, nn.LayerNorm):
+        return F.layer_norm(x, module.normalized_shape, weight, bias, module.eps)
+    if isinstance(module, nn.GroupNorm):
+        return F.group_norm(x, module.num_groups, weight, bias, module.eps)
+    if isinstance(module, nn.Conv2d):
+        return F.conv2d(x, weight, bias, module.stride, module.padding, module.dilation,
+                        module.groups)
+    return module(x)
+
+
+def run_chain(modules: Sequence[nn.Module], x: torch.Tensor,
+              weights: Optional[Sequence] = None) -> torch.Tensor:
+    """``modules`` in turn on ``x``: as they are (forward), or recomputed with ``weights``, two
+    entries (weight, bias) per module that has them (backward)."""
+    original = x
+    weights = None if weights is None else iter(weights)
+    for module in modules:
+        if getattr(module, 'inplace', False) and x is original:
+            x = x.clone()  # never overwrite the input: it is what backward keeps
+        if weights is not None and isinstance(module, WEIGHTED):
+            x = recompute_module(module, x, next(weights), next(weights))
+        else:
+            x = module(x)
+    return x
+
+
+def lean_applies(modules: Sequence[nn.Module], layer: nn.Module) -> bool:
+    """Whether ``layer(modules(x))`` takes the lean path: training with gradients, a plain conv
+    or linear layer, and modules it can recompute."""
+    if not (torch.is_grad_enabled() and layer.training
+            and isinstance(layer, (nn.Conv2d, nn.Linear))):
+        return False
+    if isinstance(layer, nn.Conv2d) and layer.padding_mode != 'zeros':
+        return False
+    return all(recomputable(m) for m in modules)
+
+
+def lean_layer(modules: Sequence[nn.Module], layer: nn.Module, x: torch.Tensor,
+               lean: bool = True) -> torch.Tensor:
+    """``layer(modules(x))`` (``modules`` in turn, then a conv or linear ``layer``), keeping only
+    ``x`` for backward where :func:`lean_applies` (and ``lean``)."""
+    if not (lean and lean_applies(modules, layer)):
+        return layer(run_chain(modules, x))
+    weights = [w for m in modules for w in weights_of(m)]
+    return _LeanLayer.apply(x, modules, layer, layer.weight, layer.bias, *weights)
+
+
+class _LeanLayer(torch.autograd.Function):
+    """Inputs: ``x``, the chain's modules, the layer, its weight and bias, then the chain's
+    weights and biases (inputs, so that autograd routes their gradients)."""
+
+    @staticmethod
+    def forward(ctx, x, modules, layer, weight, bias, *weights):
+        with torch.no_grad():
+            hidden = run_chain(modules, x)
+            out = _apply_layer(layer, hidden, weight, bias)
+        ctx.modules, ctx.layer, ctx.weights = modules, layer, (weight, bias, *weights)
+        ctx.autocast = [(device, torch.get_autocast_dtype(device))
+                        for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, = ctx.saved_tensors
+        weight, bias, *weights = ctx.weights
+        needs = ctx.needs_input_grad
+        leaf = x.detach().requires_grad_(needs[0])
+        leaves = [None if w is None else w.detach().requires_grad_(need)
+                  for w, need in zip(weights, needs[5:])]
+        with torch.enable_grad(), _replayed_autocast(ctx.autocast):
+            hidden = run_chain(ctx.modules, leaf, leaves)
+        grad_hidden, grad_weight, grad_bias = _layer_grads(ctx.layer, hidden.detach(), grad_out,
+                                                           weight, bias, needs[3:5])
+        inputs = [t for t in (leaf, *leaves) if t is not None and t.requires_grad]
+        grads = dict(zip(map(id, inputs), torch.autograd.grad(
+            hidden, inputs, grad_hidden, allow_unused=True))) if inputs else {}
+        return (grads.get(id(leaf)), None, None, grad_weight, grad_bias,
+                *(None if w is None else grads.get(id(w)) for w in leaves))
+
+
+class _replayed_autocast:
+    """The autocast states ``[(device, dtype), ...]`` a forward ran under, entered again."""
+
+    def __init__(self, states):
+        self.contexts = [torch.autocast(device, dtype=dtype) for device, dtype in states]
+
+    def __enter__(self):
+        for context in self.contexts:
+            context.__enter__()
+
+    def __exit__(self, *exc):
+        for context in reversed(self.contexts):
+            context.__exit__(*exc)
+
+
+def _apply_layer(layer: nn.Module, hidden: torch.Tensor, weight, bias) -> torch.Tensor:
+    if isinstance(layer, nn.Linear):
+        return F.linear(hidden, weight, bias)
+    return F.conv2d(hidden, weight, bias, layer.stride, layer.padding, layer.dilation,
+                    layer.groups)
+
+
+def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor, weight, bias,
+                 needs: Sequence[bool]):
+    """Gradients of ``layer(hidden)`` w.r.t. its input, ``weight`` and ``bias``, from
+    ``grad_out`` (in ``grad_out``'s dtype, as autocast ran the layer, then cast back to each
+    input's)."""
+    dtype = grad_out.dtype
+    grad_weight = grad_bias = None
+    if isinstance(layer, nn.Linear):
+        grad_hidden = grad_out @ weight.to(dtype)
+        flat_grad = grad_out.reshape(-1, grad_out.shape[-1])
+        if needs[0]:
+            grad_weight = flat_grad.t() @ hidden.reshape(-1, hidden.shape[-1]).to(dtype)
+        if needs[1]:
+            grad_bias = flat_grad.sum(0)
+    else:
+        args = (layer.stride, layer.padding, layer.dilation, layer.groups)
+        grad_hidden = torch.nn.grad.conv2d_input(hidden.shape, weight.to(dtype), grad_out, *args)
+        if needs[0]:
+            grad_weight = torch.nn.grad.conv2d_weight(hidden.to(dtype), weight.shape, grad_out,
+                                                      *args)
+        if needs[1]:
+            grad_bias = grad_out.sum((0, 2, 3))
+    return (grad_hidden.to(hidden.dtype),
+            None if grad_weight is None else grad_weight.to(weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype))

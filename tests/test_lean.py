@@ -1,0 +1,173 @@
+"""Memory-lean backward (mmhvit.models.layers.lean): the same outputs, gradients and running
+statistics as the plain modules, with less kept for backward."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mmhvit.models.layers import InvertedResidual, Mlp
+from mmhvit.models.layers.lean import lean_layer, recomputable
+from mmhvit.testing import FAMILIES, build_tiny
+
+pytestmark = pytest.mark.unit
+
+
+def saved_bytes(fn):
+    """Bytes of the distinct tensor storages autograd keeps for backward while ``fn`` runs."""
+    saved = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = fn()
+    return out, sum(saved.values())
+
+
+def lean_and_plain(module):
+    plain = copy.deepcopy(module)
+    for m in plain.modules():
+        if hasattr(m, 'lean'):
+            m.lean = False
+    return module, plain
+
+
+def run_both(lean, plain, x):
+    """Outputs, input gradients and parameter gradients of both modules on the same input,
+    with the bytes each kept for backward."""
+    results = []
+    for module in (lean, plain):
+        leaf = x.clone().requires_grad_()
+        out, kept = saved_bytes(lambda: module(leaf))
+        out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape))
+        grads = {name: p.grad for name, p in module.named_parameters()}
+        results.append((out.detach(), leaf.grad, grads, kept))
+    return results
+
+
+def assert_same(lean_result, plain_result):
+    out, grad_x, grads, _ = lean_result
+    out_p, grad_x_p, grads_p, _ = plain_result
+    torch.testing.assert_close(out, out_p)
+    torch.testing.assert_close(grad_x, grad_x_p)
+    assert grads.keys() == grads_p.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], grads_p[name], msg=name)
+
+
+@pytest.mark.parametrize('layout, norm_cfg', [('post', dict(type='BN')),
+                                              ('pre', dict(type='GN', num_groups=1, eps=1e-6))])
+def test_lean_inverted_residual_equals_the_plain_one_and_keeps_less(layout, norm_cfg):
+    torch.manual_seed(0)
+    block = InvertedResidual(8, 32, kernel_size=3, norm_cfg=norm_cfg, norm_layout=layout)
+    block = block.double().train()
+    for m in block.modules():  # non-trivial affine parameters
+        if isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
+            nn.init.normal_(m.weight, 1, .3)
+            nn.init.normal_(m.bias, 0, .3)
+    lean, plain = lean_and_plain(block)
+    x = torch.randn(2, 8, 11, 13, dtype=torch.float64).contiguous(
+        memory_format=torch.channels_last)
+    lean_result, plain_result = run_both(lean, plain, x)
+    assert_same(lean_result, plain_result)
+    # BatchNorm's running statistics moved once, as the plain block's
+    for buffer, buffer_p in zip(lean.buffers(), plain.buffers()):
+        torch.testing.assert_close(buffer, buffer_p)
+    assert lean_result[3] < .75 * plain_result[3], (lean_result[3], plain_result[3])
+
+
+def test_lean_mlp_with_its_norm_equals_the_plain_one_and_keeps_less():
+    torch.manual_seed(0)
+    mlp, norm = Mlp(16, 64).double(), nn.LayerNorm((4, 16)).double()
+    nn.init.normal_(norm.weight, 1, .3)
+
+    class Layer(nn.Module):  # the MLP branch of a transformer layer: mlp(norm2(x))
+        def __init__(self):
+            super().__init__()
+            self.mlp, self.norm2 = mlp, norm
+
+        def forward(self, x):
+            return self.mlp(x, self.norm2)
+
+    lean, plain = lean_and_plain(Layer().train())
+    lean_result, plain_result = run_both(lean, plain,
+                                         torch.randn(6, 4, 16, dtype=torch.float64))
+    assert_same(lean_result, plain_result)
+    assert lean_result[3] < .75 * plain_result[3], (lean_result[3], plain_result[3])
+
+
+def test_lean_layer_takes_the_plain_path_where_it_cannot_recompute_exactly():
+    assert not recomputable(nn.SyncBatchNorm(4))
+    assert not recomputable(nn.Dropout(.1).train()) and recomputable(nn.Dropout(.1).eval())
+    assert recomputable(nn.Dropout(0.).train()) and recomputable(nn.BatchNorm2d(4))
+    conv, norm = nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)
+    x = torch.randn(1, 4, 3, 3, requires_grad=True)
+    assert lean_layer([norm], conv, x).grad_fn.name() == '_LeanLayerBackward'
+    assert lean_layer([norm], conv, x, lean=False).grad_fn.name() != '_LeanLayerBackward'
+    assert lean_layer([nn.Dropout(.5)], conv, x).grad_fn.name() != '_LeanLayerBackward'
+    with torch.no_grad():
+        assert lean_layer([norm], conv, x).grad_fn is None
+    conv.eval()
+    assert lean_layer([norm], conv, x).grad_fn.name() != '_LeanLayerBackward'
+
+
+def test_lean_layer_never_overwrites_the_input_it_keeps():
+    """An in-place activation first in the chain works on a copy: the kept input stays."""
+    conv, act = nn.Conv2d(4, 4, 1).double(), nn.SiLU(inplace=True)
+    x = torch.randn(1, 4, 3, 3, dtype=torch.float64, requires_grad=True)
+    h = x * 1
+    before = h.clone()
+    out = lean_layer([act], conv, h)
+    torch.testing.assert_close(h, before)
+    out.sum().backward()
+    expected = torch.autograd.grad(conv(torch.nn.functional.silu(x)).sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected)
+
+
+@pytest.mark.parametrize('name', sorted(FAMILIES))
+def test_every_family_gives_the_same_outputs_and_gradients_lean_or_not(name):
+    torch.manual_seed(0)
+    model = build_tiny(name).double().train()
+    plain = build_tiny(name, lean_backward=False)
+    plain.load_state_dict(model.state_dict())
+    plain = plain.double().train()
+    x = torch.randn(2, 3, 70, 90, dtype=torch.float64)
+    results = []
+    for module in (model, plain):
+        leaf = x.clone().requires_grad_()
+        outs = module(leaf)
+        sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape)).sum()
+            for o in outs).backward()
+        results.append(([o.detach() for o in outs], leaf.grad,
+                        {n: p.grad for n, p in module.named_parameters()}))
+    for out, out_p in zip(results[0][0], results[1][0]):
+        torch.testing.assert_close(out, out_p)
+    torch.testing.assert_close(results[0][1], results[1][1])
+    for key, grad in results[0][2].items():
+        torch.testing.assert_close(grad, results[1][2][key], msg=key)
+    assert any(getattr(m, 'lean', False) for m in model.modules())
+    assert not any(getattr(m, 'lean', False) for m in plain.modules())
+
+
+def test_lean_block_under_bfloat16_autocast_matches_the_plain_one():
+    """The recompute replays the forward's autocast: the same bfloat16 numbers."""
+    torch.manual_seed(0)
+    block = InvertedResidual(8, 32, kernel_size=3, norm_layout='post').train()
+    lean, plain = lean_and_plain(block)
+    x = torch.randn(2, 8, 9, 10)
+    results = []
+    for module in (lean, plain):
+        leaf = x.clone().requires_grad_()
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = module(leaf)
+        out.float().sum().backward()
+        results.append((out, leaf.grad, [p.grad for p in module.parameters()]))
+    assert results[0][0].dtype == torch.bfloat16
+    torch.testing.assert_close(results[0][0], results[1][0])
+    torch.testing.assert_close(results[0][1], results[1][1], atol=2e-2, rtol=2e-2)
+    for grad, grad_p in zip(results[0][2], results[1][2]):
+        assert grad.dtype == torch.float32
+        torch.testing.assert_close(grad, grad_p, atol=5e-2, rtol=2e-2)
