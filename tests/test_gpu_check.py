@@ -18,11 +18,18 @@ def test_gpu_check_dry_run(tmp_path):
     # every row of ours carries its ratio to Swin-T's forward+backward at the same size and dtype
     ratios = [float(row.strip('| ').split('|')[-1]) for row in backbone_rows]
     assert all(ratio > 0 for ratio in ratios)
-    assert sum(line.startswith('| Swin-T |') for line in page.splitlines()) == 4
+    assert sum(line.startswith(('| Swin-T | 64x64 |', '| Swin-T | 96x160 |'))
+               for line in page.splitlines()) == 4
     train = [line for line in page.splitlines() if line.startswith('| TransCNN | 64x64 | 2 |')]
     assert len(train) == 1 and 'all finite' in train[0]
     assert '| retinanet | TransCNN |' in page
     assert '| mask_rcnn | TransCNN |' in page
+    # what bf16 autocast keeps for backward: the memory-lean model less than the plain one
+    kept = {line.split('|')[2].strip(): float(line.split('|')[3])
+            for line in page.splitlines() if line.startswith('| TransCNN | ')
+            and line.split('|')[2].strip() in ('plain', 'lean')}
+    assert 0 < kept['lean'] < kept['plain']
+    assert any(line.startswith('| Swin-T | plain |') for line in page.splitlines())
 
 
 def test_gpu_check_reports_missing_mmcv_ops(tmp_path):

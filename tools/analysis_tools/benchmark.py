@@ -7,7 +7,7 @@ size.
         [--plugin-size 800x1344] [--plugin-memory-cap 12]
         [--repeats 5] [--ratio-runs 5]
         [--det-algos retinanet mask-rcnn] [--det-backbones NesT-T Swin-T ...]
-        [--det-size 800x1344] [--det-batches 1 2]
+        [--det-size 800x1344] [--det-batches 1 2]  (detection, detection-profile, memory)
         [--official-transcnn PATH/TransCNN.py] [--official-hatnet PATH/HAT_Net.py] [--threads 2]
         [--out docs/benchmarks.md]
 
@@ -43,7 +43,12 @@ Sections:
   detection-profile  (not in the default sections) one profiled training step of the first
            ``--det-algos`` detector per ``--det-backbones`` backbone at ``--det-size``, batch 1:
            self CPU time per op group (attention, matmul, conv, norm, copies, ...) and the MiB
-           the backbone's forward saves for backward.
+           the backbone's forward saves for backward;
+  memory  (not in the default sections) per ``--det-algos`` detector and ``--det-batches`` batch,
+           each ``--det-backbones`` backbone plain (``lean_backward=False``), memory-lean and
+           memory-lean with ``with_cp`` (Swin-T: plain and ``with_cp``): the MiB its forward keeps
+           for backward and the training peak (fresh processes), training-step time (the plain
+           and lean rows alternating), ratios to Swin-T and to the plain row.
 """
 import argparse
 import datetime
@@ -60,6 +65,7 @@ sys.path.insert(0, REPO)
 
 from mmhvit.analysis.benchmark import (  # noqa: E402
     detection,
+    memory,
     params,
     plugins,
     quickstart_speed,
@@ -69,7 +75,7 @@ from mmhvit.analysis.benchmark import (  # noqa: E402
 from mmhvit.analysis.benchmark.models import FAMILIES, SCALING_SIZES, log  # noqa: E402
 
 SECTIONS = ['params', 'speed', 'profile', 'scaling', 'quickstart', 'plugins', 'detection',
-            'detection-profile']
+            'detection-profile', 'memory']
 
 
 def parse_args(argv=None):
@@ -146,7 +152,8 @@ def page_chunks(args) -> Iterator[List[str]]:
         'profile': speed.section_profile, 'scaling': lambda a: scaling_lines(a, stem),
         'quickstart': quickstart_speed.section_quickstart,
         'plugins': plugins.section_plugins,
-        'detection-profile': detection.section_detection_profile
+        'detection-profile': detection.section_detection_profile,
+        'memory': memory.section_memory,
     }
     cpu_name = platform.processor() or platform.machine()
     yield [

@@ -14,7 +14,10 @@ PyramidTNT-S; random weights):
   3. ``detectors``: RetinaNet and Mask R-CNN (the COCO configs) bf16 AMP training throughput at
      800x1344 batch 2 on synthetic COCO-sized data (mmdet's demo inputs: 5 boxes/masks each).
      These need mmcv's compiled ops for the GPU; where mmcv has none (mmcv-lite) the section
-     says so and the other two still run.
+     says so and the others still run;
+  4. ``lean``: what one bf16-autocast forward keeps for backward (MiB of distinct tensor
+     storages) and the forward+backward peak at 800x1344 batch 2, each family plain
+     (``lean_backward=False``) and memory-lean, beside Swin-T.
 Writes a Markdown page of the tables (for docs/benchmarks.md) and prints it. ``--dry-run`` runs the
 same code on the CPU with tiny backbones, tiny sizes and 2 steps: what the tests run.
 """
@@ -56,7 +59,7 @@ REFERENCES = {
     'ResNet-50': ('resnet50', dict(out_indices=(1, 2, 3, 4)), False),
 }
 BASELINE = 'Swin-T'
-SECTIONS = ('backbones', 'train', 'detectors')
+SECTIONS = ('backbones', 'train', 'detectors', 'lean')
 
 
 def settings(dry_run: bool) -> dict:
@@ -258,6 +261,48 @@ def detector_section(args, s) -> List[str]:
     return lines
 
 
+def kept_for_backward(model: nn.Module, x: torch.Tensor, device: str):
+    """(MiB of the distinct storages one bf16-autocast forward keeps for backward, peak GiB of
+    that forward and its backward)."""
+    saved = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    model.train()
+    with PeakMemory(device) as mem:
+        with autocast(device, True), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            outs = model(x)
+        sum(out.float().mean() for out in outs).backward()
+    model.zero_grad(set_to_none=True)
+    return sum(saved.values()) / 2**20, mem.peak / 2**30
+
+
+def lean_section(args, s) -> List[str]:
+    batch, height, width = s['shapes'][-1]
+    lines = ['', f'## Kept for backward, bf16 autocast, {height}x{width} batch {batch}', '',
+             '| backbone | variant | saved for backward (MiB) | fwd+bwd peak GiB | saved / '
+             f'{BASELINE} |', '|---' * 5 + '|']
+    x = torch.randn(batch, 3, height, width, device=s['device'])
+    figures = []
+    for name in [BASELINE, *args.families]:
+        model = build_backbone(name, args.dry_run, (height, width)).to(s['device'])
+        for variant in (('plain', ) if name == BASELINE else ('plain', 'lean')):
+            for module in model.modules():
+                if hasattr(module, 'lean'):
+                    module.lean = variant == 'lean'
+            log(f'gpu_check: {name} {variant}, kept for backward')
+            figures.append((name, variant, *kept_for_backward(model, x, s['device'])))
+        del model
+        if s['device'] == 'cuda':
+            torch.cuda.empty_cache()
+    base = figures[0][2]
+    return lines + [f'| {name} | {variant} | {saved:.0f} | {peak:.2f} | {saved / base:.2f} |'
+                    for name, variant, saved, peak in figures]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--dry-run', action='store_true', help='CPU, tiny models and sizes')
@@ -281,6 +326,8 @@ def main(argv=None):
         lines += train_section(args, s, failures)
     if 'detectors' in args.sections:
         lines += detector_section(args, s)
+    if 'lean' in args.sections:
+        lines += lean_section(args, s)
     lines += ['', f'Total wall time: {time.time() - start:.0f} s.', '']
     page = '\n'.join(lines)
     print(page)

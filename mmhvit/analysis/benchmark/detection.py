@@ -67,15 +67,18 @@ def detector_config(algo: str, name: str) -> Config:
     return cfg
 
 
-def build_detector(algo: str, name: str) -> nn.Module:
-    """The detector, each part with its own random init (e.g. RetinaNet's classifier prior)."""
+def build_detector(algo: str, name: str, backbone_overrides: Optional[dict] = None) -> nn.Module:
+    """The detector, each part with its own random init (e.g. RetinaNet's classifier prior);
+    ``backbone_overrides`` update its backbone config (``dict(with_cp=True)``)."""
     from mmdet.registry import MODELS
     from mmengine.model import revert_sync_batchnorm
 
     import mmhvit  # noqa: F401  (registers our backbones)
     init_default_scope('mmdet')
     # One process: SyncBN (PyramidTNT's configs) as BN, as MMEngine's Runner does.
-    model = revert_sync_batchnorm(MODELS.build(detector_config(algo, name).model))
+    cfg = detector_config(algo, name)
+    cfg.model.backbone.update(backbone_overrides or {})
+    model = revert_sync_batchnorm(MODELS.build(cfg.model))
     logger = MMLogger.get_current_instance()
     level = logger.level
     logger.setLevel('WARNING')  # init_weights logs a line per parameter

@@ -1,0 +1,151 @@
+"""What a detector's training step keeps for backward, technique by technique
+(``--sections memory``): each of our backbones plain (``lean_backward=False``), memory-lean (the
+default) and memory-lean with gradient checkpointing, against MMDetection's Swin-T with and
+without checkpointing; CPU, fp32, random weights."""
+import statistics
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from mmhvit.utils.measure import (
+    FreshProcessDied,
+    PeakMemory,
+    alternating_samples,
+    in_fresh_process,
+    spread,
+)
+
+from .detection import (
+    BASELINE,
+    DET_ALGOS,
+    OURS,
+    build_detector,
+    detector_steps,
+    selected_backbones,
+    synthetic_batch,
+)
+from .models import log
+
+# (name, backbone overrides, timed): what each row changes in the COCO config's backbone.
+OUR_VARIANTS = (('plain', dict(lean_backward=False), True), ('lean', {}, True),
+                ('lean + with_cp', dict(with_cp=True), False))
+BASELINE_VARIANTS = (('plain', {}, True), ('with_cp', dict(with_cp=True), False))
+
+
+def variants(name: str) -> Tuple[Tuple[str, dict, bool], ...]:
+    return OUR_VARIANTS if name in OURS else BASELINE_VARIANTS
+
+
+def build_variant(algo: str, name: str, overrides: dict) -> nn.Module:
+    """The detector of :func:`build_detector` with ``overrides`` in its backbone config."""
+    return build_detector(algo, name, backbone_overrides=overrides)
+
+
+def saved_and_peak(algo: str, name: str, overrides: dict, batch: int, size: str) -> dict:
+    """In a fresh process: the resident-set peak of two training steps above the level with the
+    model built, and the bytes of the distinct tensor storages the backbone's forward keeps for
+    backward in the second step (its saved-tensor hooks count them as autograd packs them)."""
+    torch.manual_seed(0)
+    height, width = (int(v) for v in size.split('x'))
+    model = build_variant(algo, name, overrides)
+    train_step, _ = detector_steps(model, synthetic_batch(batch, height, width,
+                                                          algo == 'mask-rcnn'))
+    saved: Dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    backbone_forward = model.backbone.forward
+
+    def forward_counting(*args, **kwargs):
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            return backbone_forward(*args, **kwargs)
+
+    with PeakMemory('cpu') as mem:
+        train_step()
+        model.backbone.forward = forward_counting
+        train_step()
+    return dict(peak=mem.peak, saved=sum(saved.values()))
+
+
+def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
+    """Saved bytes and peak (fresh processes, before any detector is built here), then the
+    step times of the timed variants, all round-robin."""
+    rows = {}
+    for name in selected_backbones(args):
+        for variant, overrides, _ in variants(name):
+            log(f'memory: {algo} {name} {variant}, batch {batch} (fresh process)')
+            try:
+                rows[name, variant] = in_fresh_process(saved_and_peak, algo, name, overrides,
+                                                       batch, args.det_size,
+                                                       threads=args.threads)
+            except FreshProcessDied as error:
+                log(f'memory: {algo} {name} {variant}: {error}')
+                rows[name, variant] = dict(peak=None, saved=None)
+    timed = [(name, variant, overrides) for name in selected_backbones(args)
+             for variant, overrides, timed in variants(name) if timed]
+    height, width = (int(v) for v in args.det_size.split('x'))
+    steps = []
+    for name, variant, overrides in timed:
+        model = build_variant(algo, name, overrides)
+        steps.append(detector_steps(model, synthetic_batch(batch, height, width,
+                                                           algo == 'mask-rcnn'))[0])
+    log(f'memory: {algo}, batch {batch}, {len(steps)} training steps alternating')
+    samples = alternating_samples(steps, args.repeats, args.warmup)
+    for (name, variant, _), times in zip(timed, samples):
+        rows[name, variant]['train'] = times
+    return rows
+
+
+def mib(value: Optional[int]) -> str:
+    return 'died' if value is None else f'{value / 2**20:.0f}'
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> str:
+    return '—' if a is None or not b else f'{a / b:.2f}'
+
+
+def table_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
+    base = rows.get((BASELINE, 'plain'), {})
+    base_time = statistics.median(base['train']) if base.get('train') else None
+    lines = [
+        '| backbone | variant | saved for backward (MiB) | saved / Swin-T | training peak (MiB) '
+        '| peak / Swin-T | training step (s) min / median / max | step / Swin-T | '
+        'step / plain |', '|---' * 9 + '|'
+    ]
+    for (name, variant), r in rows.items():
+        plain = rows.get((name, 'plain'), {})
+        time = statistics.median(r['train']) if r.get('train') else None
+        plain_time = statistics.median(plain['train']) if plain.get('train') else None
+        lines.append(
+            f'| {name} | {variant} | {mib(r["saved"])} | {ratio(r["saved"], base.get("saved"))} '
+            f'| {mib(r["peak"])} | {ratio(r["peak"], base.get("peak"))} | '
+            f'{spread(r["train"], 3) if r.get("train") else "—"} | {ratio(time, base_time)} | '
+            f'{ratio(time, plain_time)} |')
+    return lines
+
+
+def section_memory(args) -> List[str]:
+    """The section: one table per detector and batch."""
+    height, width = (int(v) for v in args.det_size.split('x'))
+    lines = [
+        f'## Memory kept for backward, technique by technique (CPU, fp32, {height}x{width})', '',
+        'The COCO configs of the detection section with random weights, one row per backbone '
+        'and variant: "plain" is `lean_backward=False`, "lean" the default (each conv\'s and '
+        'linear\'s element-wise input recomputed in backward, `mmhvit/models/layers/lean.py`), '
+        '"with_cp" adds gradient checkpointing of every block. Saved for backward: the distinct '
+        'tensor storages the backbone\'s forward keeps for backward in a training step. Training '
+        'peak: the resident-set peak (VmHWM) of two training steps in a fresh process above its '
+        'level with the detector built. Step: forward, loss, backward, AdamW step; '
+        f'{args.repeats} repeats after {args.warmup} warm-up, every timed row\'s step in turn '
+        'within each repeat (the with_cp rows are not timed). Ratios: to Swin-T\'s plain row and '
+        'to the same backbone\'s plain row.', ''
+    ]
+    for algo in args.det_algos:
+        for batch in args.det_batches:
+            rows = measure_rows(algo, batch, args)
+            lines += [f'### {DET_ALGOS[algo]}, batch {batch}', '', *table_lines(rows), '']
+    return lines
