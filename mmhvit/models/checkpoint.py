@@ -247,8 +247,7 @@ def strip_prefix(state_dict: Dict[str, torch.Tensor], prefix: Optional[str],
 def unwrap_state_dict(state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """The backbone's tensors of a DDP-wrapped (``module.``) or MMPretrain-classifier
     (``backbone.``, with ``head.*`` beside it) state dict; any other passes unchanged."""
-    if state_dict and all(k.startswith('module.') for k in state_dict):
-        state_dict = OrderedDict((k[len('module.'):], v) for k, v in state_dict.items())
+    state_dict = strip_module_prefix(state_dict)
     if any(k.startswith('backbone.') for k in state_dict):
         state_dict = OrderedDict((k[len('backbone.'):], v) for k, v in state_dict.items()
                                  if k.startswith('backbone.'))
