@@ -57,7 +57,7 @@ def test_runner_formats_its_config_text_once(monkeypatch):
 
 def test_compile_config_gets_the_eager_optimizer_step_hook():
     from mmengine.config import Config
-    from mmengine.optim import OptimWrapper
+    from mmengine.optim import OptimWrapper, OptimWrapperDict
 
     from mmhvit.engine import EagerOptimizerStepHook
     from mmhvit.utils.launch import prepare_runner_config
@@ -80,6 +80,18 @@ def test_compile_config_gets_the_eager_optimizer_step_hook():
     before = model.weight.detach().clone()
     loss = torch.compile(train_step, backend='eager')(torch.randn(3, 4))
     assert torch.isfinite(loss) and not torch.equal(model.weight, before)
+
+    # one wrapper per part of the model (OptimWrapperDict): every optimizer's step is wrapped
+    parts = {name: torch.nn.Linear(4, 2) for name in ('backbone', 'head')}
+    wrappers = OptimWrapperDict(**{name: OptimWrapper(torch.optim.SGD(part.parameters(), lr=0.1))
+                                   for name, part in parts.items()})
+    assert not any('step' in vars(wrapper.optimizer) for wrapper in wrappers.values())
+    EagerOptimizerStepHook().before_train(type('Runner', (), dict(optim_wrapper=wrappers)))
+    for name, wrapper in wrappers.items():
+        assert 'step' in vars(wrapper.optimizer)  # the instance's own, wrapped step
+        before = parts[name].weight.detach().clone()
+        wrapper.update_params(parts[name](torch.randn(3, 4)).square().mean())
+        assert not torch.equal(parts[name].weight, before)
 
 
 RANK_END = '''
