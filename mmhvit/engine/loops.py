@@ -50,6 +50,8 @@ class RNGStateHook(Hook):
     """Save the generator states with every checkpoint and hand them to the resuming loop.
 
     Checkpoints are written by rank 0, so they hold rank 0's states; every rank restores them.
+    The loop registers the hook itself, or, when a config lists the hook, hands itself to it;
+    with another loop the hook only saves the states.
     """
 
     priority = 'VERY_LOW'
@@ -59,15 +61,13 @@ class RNGStateHook(Hook):
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint[RNG_KEY] = get_rng_state()
-        loop = self.loop or getattr(runner, '_train_loop', None)
-        if isinstance(loop, ResumableEpochBasedTrainLoop):
-            checkpoint[DATA_KEY] = loop.data_position()
+        if self.loop is not None:
+            checkpoint[DATA_KEY] = self.loop.data_position()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        loop = self.loop or getattr(runner, '_train_loop', None)
-        if isinstance(loop, ResumableEpochBasedTrainLoop):
-            loop.pending_rng_state = checkpoint.get(RNG_KEY)
-            loop.pending_data_position = checkpoint.get(DATA_KEY)
+        if self.loop is not None:
+            self.loop.pending_rng_state = checkpoint.get(RNG_KEY)
+            self.loop.pending_data_position = checkpoint.get(DATA_KEY)
 
 
 @LOOPS.register_module()
@@ -94,7 +94,11 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         super().__init__(runner, dataloader, max_epochs, **kwargs)
         self.pending_rng_state: Optional[dict] = None
         self.pending_data_position: Optional[dict] = None
-        if not any(isinstance(hook, RNGStateHook) for hook in runner.hooks):
+        # The runner registers a config's hooks before it builds its training loop.
+        listed = [hook for hook in runner.hooks if isinstance(hook, RNGStateHook)]
+        for hook in listed:
+            hook.loop = self
+        if not listed:
             runner.register_hook(RNGStateHook(self))
 
     def images_per_iter(self) -> int:
