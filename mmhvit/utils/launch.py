@@ -9,6 +9,8 @@ import sys
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
+from mmengine.dist import broadcast
+from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
@@ -220,6 +222,20 @@ def build_runner(cfg: Config):
     return runner
 
 
+def init_model_weights(runner) -> None:
+    """Initialise the runner's model as ``runner.train()`` does before its first iteration.
+
+    The model's ``init_weights`` (its ``init_cfg``: pretrained weights included), then every rank
+    takes rank 0's values. For tools that use a freshly built model without training it (gradient
+    diagnostics, an untrained baseline).
+    """
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    if hasattr(model, 'init_weights'):
+        model.init_weights()
+        for tensor in model.state_dict().values():
+            broadcast(tensor)  # nothing to do without a process group
+
+
 def allow_training_checkpoints(runner) -> None:
     """Let the runner resume from / test MMEngine training checkpoints, still weights-only.
 
@@ -240,7 +256,8 @@ def allow_training_checkpoints(runner) -> None:
             try:
                 return original()
             except Exception:
-                checkpoint = runner._load_from  # None when resuming from the latest in work_dir
+                # what the runner was built with: None when resuming from the latest in work_dir
+                checkpoint = runner.cfg.get('load_from')
                 if checkpoint and '://' not in str(checkpoint):
                     load_checkpoint_file(checkpoint)  # raises the file's own error, if any
                 raise
