@@ -218,3 +218,28 @@ def test_slurm_task_without_sruns_variables_gets_one_clear_error(slurm_task_env,
     with pytest.raises(RuntimeError, match=re.escape(message)):
         init_slurm_process_group('gloo')
     assert not slurm_task_env and 'RANK' not in os.environ  # nothing started, nothing set
+
+
+def test_resumable_loop_hands_itself_to_an_rng_hook_its_config_lists():
+    """A config's custom_hooks are registered before the loop is built: the loop joins the
+    listed RNGStateHook instead of adding a second one; a hook without the loop saves only the
+    generator states."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from mmhvit.engine import ResumableEpochBasedTrainLoop, RNGStateHook
+    loader = DataLoader(TensorDataset(torch.arange(8.)), batch_size=2)
+    listed = RNGStateHook()
+    checkpoint = {}
+    listed.before_save_checkpoint(None, checkpoint)
+    assert set(checkpoint) == {'rng_state'}
+    for hooks in ([listed], []):
+        runner = SimpleNamespace(hooks=list(hooks))
+        runner.register_hook = runner.hooks.append
+        loop = ResumableEpochBasedTrainLoop(runner, loader, max_epochs=1)
+        (hook, ) = runner.hooks
+        assert hook.loop is loop and (hook is listed) == bool(hooks)
+        checkpoint = {}
+        hook.before_save_checkpoint(runner, checkpoint)
+        assert checkpoint['data_position'] == dict(iters_per_epoch=4, images_per_iter=2)
