@@ -15,7 +15,8 @@ MIM_FILES = {
     'demo': 'demo',
 }
 # Repository-only scripts (they install into, and write beside, a source checkout).
-MIM_SKIP = ('setup_env.sh', 'run_tests.sh', 'quickstart.sh', '__pycache__', '*.pyc')
+MIM_SKIP = ('setup_env.sh', 'build_progress.py', 'run_tests.sh', 'quickstart.sh', '__pycache__',
+            '*.pyc')
 
 
 def read_version():

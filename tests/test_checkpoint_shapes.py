@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mmhvit.models.backbones import TNT, HATNet, NesT, TransCNN
-from mmhvit.models.checkpoint import read_state_dict
+from mmhvit.models.checkpoint import read_state_dict, strip_module_prefix, unwrap_state_dict
 from mmhvit.models.converters.files import convert_file
 from mmhvit.testing import (
     CodeRunner,
@@ -143,3 +143,13 @@ def test_allowlisted_namespace_does_not_let_code_through(tmp_path):
     with pytest.raises(pickle.UnpicklingError, match='refused .*GLOBAL posix.system'):
         read_state_dict(str(path))
     assert not marker.exists()
+
+
+def test_module_prefix_is_dropped_only_when_every_key_has_it():
+    tensor = torch.zeros(1)
+    wrapped = {'module.backbone.stem.weight': tensor, 'module.head.fc.weight': tensor}
+    # DDP around an MMPretrain classifier: both wrappers go, the head is left out
+    assert list(unwrap_state_dict(wrapped)) == ['stem.weight']
+    assert list(strip_module_prefix(wrapped)) == ['backbone.stem.weight', 'head.fc.weight']
+    mixed = {'module.weight': tensor, 'bias': tensor}  # a layer named "module", not a wrapper
+    assert strip_module_prefix(mixed) is mixed and unwrap_state_dict(mixed) is mixed

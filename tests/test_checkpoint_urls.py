@@ -6,7 +6,9 @@ at any entry point (init_cfg, converters, MMEngine's loader, tools/train.py load
 import hashlib
 import io
 import json
+import logging
 import pickle
+import re
 import socket
 
 import pytest
@@ -140,6 +142,111 @@ def test_library_entry_points_refuse_a_code_running_url(hostile_url, monkeypatch
     for name, load in loads.items():
         with pytest.raises(pickle.UnpicklingError, match=refused):
             load()
+
+
+@pytest.fixture
+def mmengine_indexes(monkeypatch, tmp_path):
+    """MMEngine's name -> URL indexes, filled by the test (MMENGINE_HOME in the test's folder)."""
+    from mmengine.runner import checkpoint as mmengine_checkpoint
+    indexes = {'get_torchvision_models': {}, 'get_external_models': {}, 'get_mmcls_models': {},
+               'get_deprecated_model_names': {}}
+    for function, index in indexes.items():
+        monkeypatch.setattr(mmengine_checkpoint, function, lambda index=index: dict(index))
+    monkeypatch.setenv('MMENGINE_HOME', str(tmp_path / 'mmengine_home'))
+    return indexes
+
+
+# MMEngine's download schemes: the index each resolves its names with
+SCHEMES = {'torchvision://': 'get_torchvision_models', 'modelzoo://': 'get_torchvision_models',
+           'open-mmlab://': 'get_external_models', 'openmmlab://': 'get_external_models',
+           'mmcls://': 'get_mmcls_models'}
+
+
+@pytest.mark.parametrize('scheme', ['http(s)://', *SCHEMES])
+def test_every_download_scheme_of_mmengine_loads_weights_only(scheme, hostile_url,
+                                                              release_server, mmengine_indexes):
+    from mmengine.runner.checkpoint import CheckpointLoader
+    weights = {'backbone.w': torch.arange(3.), 'head.b': torch.ones(1)}
+    good_url = release_server.put('good.pth', {'state_dict': weights})
+    if scheme == 'http(s)://':
+        evil, good = hostile_url, good_url
+    else:
+        mmengine_indexes[SCHEMES[scheme]].update(evil=hostile_url, good=good_url)
+        evil, good = scheme + 'evil', scheme + 'good'
+    with pytest.raises(pickle.UnpicklingError, match=f'refused to load checkpoint {hostile_url}'):
+        CheckpointLoader.load_checkpoint(evil, map_location='cpu')
+    loaded = CheckpointLoader.load_checkpoint(good, map_location='cpu')['state_dict']
+    # mmcls:// keeps the backbone without its prefix, as MMEngine's loader does
+    expected = {'w': weights['backbone.w']} if scheme == 'mmcls://' else weights
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[k], v) for k, v in expected.items())
+
+
+class LoggedMessages(logging.Handler):
+    """What MMEngine's current logger logs while attached (its own handlers print to the stdout
+    of the logger's creation, which a test's capsys may not see)."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def mmengine_log():
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    handler = LoggedMessages()
+    logger.addHandler(handler)
+    yield handler.messages
+    logger.removeHandler(handler)
+
+
+def test_open_mmlab_names_local_files_and_deprecated_names(mmengine_indexes, tmp_path,
+                                                           mmengine_log):
+    """open-mmlab:// as MMEngine resolves it: an index entry that is not a URL is a file in
+    MMEngine's cache folder; a deprecated name loads its successor, with a warning."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+    home = tmp_path / 'mmengine_home'
+    (home / 'weights').mkdir(parents=True)
+    torch.save({'state_dict': {'w': torch.arange(4.)}}, home / 'weights' / 'new.pth')
+    marker = tmp_path / 'code_ran'
+    torch.save({'payload': CodeRunner(marker)}, home / 'weights' / 'evil.pth')
+    mmengine_indexes['get_external_models'].update(new='weights/new.pth', evil='weights/evil.pth',
+                                                   gone='weights/gone.pth')
+    mmengine_indexes['get_deprecated_model_names']['old'] = 'new'
+
+    loaded = CheckpointLoader.load_checkpoint('open-mmlab://old', map_location='cpu')
+    assert torch.equal(loaded['state_dict']['w'], torch.arange(4.))
+    assert 'open-mmlab://old is deprecated in favor of open-mmlab://new' in mmengine_log
+    refused = 'refused to load checkpoint open-mmlab://evil'
+    with pytest.raises(pickle.UnpicklingError, match=refused):
+        CheckpointLoader.load_checkpoint('open-mmlab://evil', map_location='cpu')
+    assert not marker.exists()
+    with pytest.raises(FileNotFoundError, match=re.escape(str(home / 'weights' / 'gone.pth'))):
+        CheckpointLoader.load_checkpoint('openmmlab://gone', map_location='cpu')
+
+
+def test_unknown_model_name_gets_one_clear_error(mmengine_indexes):
+    from mmengine.runner.checkpoint import CheckpointLoader
+    mmengine_indexes['get_torchvision_models']['resnet50'] = 'http://127.0.0.1:9/resnet50.pth'
+    with pytest.raises(ValueError, match='torchvision://resnet5: MMEngine has no model of that '
+                                         r'name .* Did you mean torchvision://resnet50\?'):
+        CheckpointLoader.load_checkpoint('torchvision://resnet5', map_location='cpu')
+
+
+def test_importing_mmhvit_replaces_nothing_of_mmengine():
+    """The weights-only loaders are registered through CheckpointLoader's public table only:
+    MMEngine's own ``load_from_http`` stays what its module defines."""
+    import mmengine.runner.checkpoint as mmengine_checkpoint
+
+    import mmhvit  # noqa: F401
+    from mmhvit.models.checkpoint import register_url_loaders
+    register_url_loaders()  # again, as a second import path would
+    loader = mmengine_checkpoint.load_from_http
+    assert (loader.__module__, loader.__name__) == ('mmengine.runner.checkpoint', 'load_from_http')
 
 
 def test_convert_command_answers_a_code_running_url_with_one_line(hostile_url, tmp_path,

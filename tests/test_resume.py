@@ -124,7 +124,9 @@ def test_cpu_amp_wrapper_autocasts_to_bfloat16():
     with wrapper.optim_context(model):
         out = model(torch.randn(2, 4))
     assert out.dtype == torch.bfloat16
+    before = model.weight.detach().clone()
     wrapper.update_params(out.float().sum())
+    assert not torch.equal(model.weight, before)  # stepped, without a loss scaler
     assert 'loss_scaler' in wrapper.state_dict()
     with pytest.raises(ValueError, match='bfloat16'):
         AnyDeviceAmpOptimWrapper(optimizer=torch.optim.SGD(model.parameters(), lr=0.1),

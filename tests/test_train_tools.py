@@ -5,6 +5,7 @@ import copy
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -56,7 +57,7 @@ def test_runner_formats_its_config_text_once(monkeypatch):
 
 def test_compile_config_gets_the_eager_optimizer_step_hook():
     from mmengine.config import Config
-    from mmengine.optim import OptimWrapper
+    from mmengine.optim import OptimWrapper, OptimWrapperDict
 
     from mmhvit.engine import EagerOptimizerStepHook
     from mmhvit.utils.launch import prepare_runner_config
@@ -79,6 +80,18 @@ def test_compile_config_gets_the_eager_optimizer_step_hook():
     before = model.weight.detach().clone()
     loss = torch.compile(train_step, backend='eager')(torch.randn(3, 4))
     assert torch.isfinite(loss) and not torch.equal(model.weight, before)
+
+    # one wrapper per part of the model (OptimWrapperDict): every optimizer's step is wrapped
+    parts = {name: torch.nn.Linear(4, 2) for name in ('backbone', 'head')}
+    wrappers = OptimWrapperDict(**{name: OptimWrapper(torch.optim.SGD(part.parameters(), lr=0.1))
+                                   for name, part in parts.items()})
+    assert not any('step' in vars(wrapper.optimizer) for wrapper in wrappers.values())
+    EagerOptimizerStepHook().before_train(type('Runner', (), dict(optim_wrapper=wrappers)))
+    for name, wrapper in wrappers.items():
+        assert 'step' in vars(wrapper.optimizer)  # the instance's own, wrapped step
+        before = parts[name].weight.detach().clone()
+        wrapper.update_params(parts[name](torch.randn(3, 4)).square().mean())
+        assert not torch.equal(parts[name].weight, before)
 
 
 RANK_END = '''
@@ -110,3 +123,123 @@ def test_a_rank_closes_its_group_and_exits_with_its_output_flushed(tmp_path):
     assert result.returncode == 3, result.stderr
     assert result.stdout == 'printed last'
     assert 'logged last' in log.read_text()
+
+
+SLURM_TASK = '''
+import json, os
+import torch.distributed as dist
+from mmhvit.utils.launch import init_slurm_process_group
+init_slurm_process_group('gloo')
+names = ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK')
+print(json.dumps(dict(rank=dist.get_rank(), world_size=dist.get_world_size(),
+                      env={name: os.environ[name] for name in names})))
+dist.destroy_process_group()
+'''
+# `scontrol show hostname NODELIST` of a two-node job whose first node is this machine
+STAND_IN_SCONTROL = '''#!/usr/bin/env bash
+[ "$*" = "show hostname node-[0-1]" ] || { echo "unexpected arguments: $*" >&2; exit 1; }
+printf '127.0.0.1\\nnode-1\\n'
+'''
+DIST_VARIABLES = ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK')
+
+
+def stand_in_scontrol(tmp_path):
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'scontrol').write_text(STAND_IN_SCONTROL)
+    (bin_dir / 'scontrol').chmod(0o755)
+    return f'{bin_dir}{os.pathsep}{os.environ["PATH"]}'
+
+
+def test_two_slurm_tasks_join_one_group_from_the_variables_srun_sets(tmp_path):
+    """One task per node of a two-node job (SLURM_LOCALID 0 on each): the master is the first
+    host that scontrol names, the port MASTER_PORT."""
+    port = str(free_port())
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARIABLES}
+    env.update(PATH=stand_in_scontrol(tmp_path), PYTHONPATH=REPO, MASTER_PORT=port,
+               SLURM_NTASKS='2', SLURM_NODELIST='node-[0-1]', SLURM_LOCALID='0')
+    tasks = [subprocess.Popen([sys.executable, '-c', SLURM_TASK], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(env, SLURM_PROCID=str(rank))) for rank in (0, 1)]
+    for rank, task in enumerate(tasks):
+        out, err = task.communicate(timeout=120)
+        assert task.returncode == 0, err
+        assert json.loads(out) == dict(rank=rank, world_size=2, env=dict(
+            MASTER_ADDR='127.0.0.1', MASTER_PORT=port, RANK=str(rank), WORLD_SIZE='2',
+            LOCAL_RANK='0'))
+
+
+@pytest.fixture
+def slurm_task_env(monkeypatch, tmp_path):
+    """This process as Slurm's task 1 of 4 (2 per node), its group start recorded, not made."""
+    from mmhvit.utils import launch
+    for name in DIST_VARIABLES:
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    monkeypatch.setenv('PATH', stand_in_scontrol(tmp_path))
+    for name, value in dict(SLURM_PROCID='1', SLURM_NTASKS='4', SLURM_LOCALID='1',
+                            SLURM_NODELIST='node-[0-1]').items():
+        monkeypatch.setenv(name, value)
+    started = []
+    monkeypatch.setattr(launch.dist, 'init_process_group',
+                        lambda backend: started.append((backend, {
+                            name: os.environ[name] for name in DIST_VARIABLES})))
+    return started
+
+
+def test_slurm_master_address_and_port_default_as_in_mmengine(slurm_task_env, monkeypatch):
+    from mmhvit.utils.launch import init_slurm_process_group
+    init_slurm_process_group('gloo')
+    assert slurm_task_env.pop() == ('gloo', dict(MASTER_ADDR='127.0.0.1', MASTER_PORT='29500',
+                                                 RANK='1', WORLD_SIZE='4', LOCAL_RANK='1'))
+    # set by the user: kept, and scontrol is not asked
+    monkeypatch.setenv('MASTER_ADDR', '10.1.2.3')
+    monkeypatch.setenv('MASTER_PORT', '12345')
+    monkeypatch.setenv('PATH', '')
+    init_slurm_process_group('gloo')
+    _, env = slurm_task_env.pop()
+    assert (env['MASTER_ADDR'], env['MASTER_PORT']) == ('10.1.2.3', '12345')
+
+
+@pytest.mark.parametrize('change, message', [
+    (dict(SLURM_PROCID=None, SLURM_NODELIST=None),
+     'needs the variables srun gives each task; SLURM_PROCID, SLURM_NODELIST not set'),
+    (dict(SLURM_NTASKS='two'), "SLURM_NTASKS='two' is not a task number"),
+    (dict(PATH=''), 'cannot run `scontrol show hostname node-[0-1]`'),
+    (dict(SLURM_NODELIST='other-[0-1]'), 'unexpected arguments: show hostname other-[0-1]'),
+])
+def test_slurm_task_without_sruns_variables_gets_one_clear_error(slurm_task_env, monkeypatch,
+                                                                 change, message):
+    from mmhvit.utils.launch import init_slurm_process_group
+    for name, value in change.items():
+        if value is None:
+            monkeypatch.delenv(name)
+        else:
+            monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        init_slurm_process_group('gloo')
+    assert not slurm_task_env and 'RANK' not in os.environ  # nothing started, nothing set
+
+
+def test_resumable_loop_hands_itself_to_an_rng_hook_its_config_lists():
+    """A config's custom_hooks are registered before the loop is built: the loop joins the
+    listed RNGStateHook instead of adding a second one; a hook without the loop saves only the
+    generator states."""
+    from types import SimpleNamespace
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from mmhvit.engine import ResumableEpochBasedTrainLoop, RNGStateHook
+    loader = DataLoader(TensorDataset(torch.arange(8.)), batch_size=2)
+    listed = RNGStateHook()
+    checkpoint = {}
+    listed.before_save_checkpoint(None, checkpoint)
+    assert set(checkpoint) == {'rng_state'}
+    for hooks in ([listed], []):
+        runner = SimpleNamespace(hooks=list(hooks))
+        runner.register_hook = runner.hooks.append
+        loop = ResumableEpochBasedTrainLoop(runner, loader, max_epochs=1)
+        (hook, ) = runner.hooks
+        assert hook.loop is loop and (hook is listed) == bool(hooks)
+        checkpoint = {}
+        hook.before_save_checkpoint(runner, checkpoint)
+        assert checkpoint['data_position'] == dict(iters_per_epoch=4, images_per_iter=2)

@@ -6,8 +6,9 @@
 # Idempotent: a second run that finds the same pins installed and the stack importable ends in seconds.
 # mmcv 2.1.0 has no wheel for this torch, so it is built once from its source release, with its compiled
 # ops, and the wheel is kept in $MMHVIT_WHEEL_CACHE (default ~/.cache/mmhvit/wheels) for later set-ups.
-# Prints one line per step with its time; pip's and the mmcv build's full output goes to the log
-# ($MMHVIT_SETUP_LOG, default $VENV/setup_env.log), whose last 40 lines are printed on a failure.
+# Prints one line per step with its time, and while mmcv builds, a line every 30 s with its ops
+# compiled so far; pip's and the mmcv build's full output goes to the log ($MMHVIT_SETUP_LOG,
+# default $VENV/setup_env.log), whose last 40 lines are printed on a failure.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +21,7 @@ mkdir -p "$(dirname "$LOG")"
 : > "$LOG"  # the log of this run
 
 log() { printf '[setup_env] %s\n' "$*"; }
+exec 3>&1  # this script's output: a step's own progress lines, while its output goes to the log
 
 fail() {
     printf '[setup_env] FAILED: %s. Last 40 lines of its log:\n' "$1" >&2
@@ -29,16 +31,25 @@ fail() {
 }
 
 # step MESSAGE COMMAND...: runs COMMAND (a function stops at its first failing command) with its
-# output in the log, on one printed line that ends with the step's time.
+# output in the log, on one printed line that ends with the step's time. With STEP_PROGRESS=1 the
+# command prints progress lines of its own (to fd 3): that line is printed before them and again,
+# with the time, after them.
 step() {
     local message="$1" start=$SECONDS rc
     shift
-    printf '[setup_env] %s ... ' "$message"
+    if [ "${STEP_PROGRESS:-0}" = 1 ]; then
+        printf '[setup_env] %s ...\n' "$message"
+    else
+        printf '[setup_env] %s ... ' "$message"
+    fi
     printf '\n==> %s\n' "$message" >> "$LOG"
     set +e
     ( set -e; "$@" ) >> "$LOG" 2>&1
     rc=$?
     set -e
+    if [ "${STEP_PROGRESS:-0}" = 1 ]; then
+        printf '[setup_env] %s ... ' "$message"
+    fi
     if [ "$rc" -ne 0 ]; then
         printf 'failed after %d s\n' "$(( SECONDS - start ))"
         fail "$message"
@@ -100,12 +111,17 @@ if ! "$VENV/bin/python" -c "import mmcv, sys; from mmcv.ops import nms; sys.exit
         if "$VENV/bin/python" -c 'import torch, sys; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(v < (2, 14))'; then
             sed -i 's/-std=c++17/-std=c++20/g' "$src/setup.py"
         fi
+        # Every 30 s a line on this script's output: the ops compiled so far out of all, and the
+        # time; the watcher ends with this step (or, if this shell is killed, by itself).
+        "$VENV/bin/python" "$ROOT/tools/misc/build_progress.py" "$src" --every 30 \
+            --while-pid "$BASHPID" --label 'mmcv build' --prefix '[setup_env]   ' >&3 &
+        trap "kill $! 2>/dev/null || true" EXIT  # this step's subshell
         (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
             "$VENV/bin/python" -m pip wheel --no-deps --no-build-isolation -w "$KEEP" .)
         rm -rf "$build"
     }
     if ! ls "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl >/dev/null 2>&1; then
-        step "building mmcv $MMCV_VERSION with its ops against $TORCH_TAG: about 15-20 minutes, once per machine (the wheel is kept in $KEEP)" build_mmcv
+        STEP_PROGRESS=1 step "building mmcv $MMCV_VERSION with its ops against $TORCH_TAG: about 15-20 minutes, once per machine (the wheel is kept in $KEEP)" build_mmcv
     fi
     install_mmcv() {
         "${PIP[@]}" install --no-deps --force-reinstall "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl

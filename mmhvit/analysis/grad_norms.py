@@ -8,6 +8,8 @@ import tempfile
 from mmengine.config import Config
 from mmengine.runner import Runner, load_checkpoint
 
+from ..utils.launch import init_model_weights
+
 
 def group_of(name: str) -> str:
     """'backbone.stages.2.blocks.0.attn.qkv.weight' -> 'backbone.stages.2'; ResNet's
@@ -30,7 +32,7 @@ def diagnostic_runner(config: str, checkpoint=None, options=None) -> Runner:
     if checkpoint:
         load_checkpoint(runner.model, checkpoint, map_location='cpu')
     else:
-        runner._init_model_weights()
+        init_model_weights(runner)
     return runner
 
 

@@ -1,6 +1,7 @@
 """MMEngine's ``compile=True`` for detectors: the optimizer step stays eager."""
 import torch
 from mmengine.hooks import Hook
+from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS
 
 
@@ -12,7 +13,7 @@ class EagerOptimizerStepHook(Hook):
     optimizer; torch 2.14's dynamo stops there with an internal error on MMEngine's parameter
     groups (``InternalTorchDynamoError: 'UserDefinedDictVariable' object has no attribute
     'items'``, in ``torch/_dynamo/variables/optimizer.py``). Wrapping the step (with the param
-    schedulers' counting wrapper already on it) in ``torch._dynamo.disable`` makes dynamo run it
+    schedulers' counting wrapper already on it) in ``torch.compiler.disable`` makes dynamo run it
     eagerly, while forward and backward stay compiled. ``tools/train.py`` adds this hook when the
     config sets ``compile``; a config used with another launcher adds it to ``custom_hooks``.
     """
@@ -20,7 +21,8 @@ class EagerOptimizerStepHook(Hook):
     priority = 'VERY_LOW'  # after the param schedulers have wrapped the step
 
     def before_train(self, runner) -> None:
-        wrappers = getattr(runner.optim_wrapper, '_optim_wrapper', None)  # OptimWrapperDict
-        for wrapper in (wrappers.values() if wrappers else [runner.optim_wrapper]):
+        wrappers = runner.optim_wrapper
+        for wrapper in (wrappers.values() if isinstance(wrappers, OptimWrapperDict) else
+                        [wrappers]):
             optimizer = wrapper.optimizer
-            optimizer.step = torch._dynamo.disable(optimizer.step)
+            optimizer.step = torch.compiler.disable(optimizer.step)

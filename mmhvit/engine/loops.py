@@ -50,6 +50,8 @@ class RNGStateHook(Hook):
     """Save the generator states with every checkpoint and hand them to the resuming loop.
 
     Checkpoints are written by rank 0, so they hold rank 0's states; every rank restores them.
+    The loop registers the hook itself, or, when a config lists the hook, hands itself to it;
+    with another loop the hook only saves the states.
     """
 
     priority = 'VERY_LOW'
@@ -59,15 +61,12 @@ class RNGStateHook(Hook):
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint[RNG_KEY] = get_rng_state()
-        loop = self.loop or getattr(runner, '_train_loop', None)
-        if isinstance(loop, ResumableEpochBasedTrainLoop):
-            checkpoint[DATA_KEY] = loop.data_position()
+        if self.loop is not None:
+            checkpoint[DATA_KEY] = self.loop.data_position()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        loop = self.loop or getattr(runner, '_train_loop', None)
-        if isinstance(loop, ResumableEpochBasedTrainLoop):
-            loop.pending_rng_state = checkpoint.get(RNG_KEY)
-            loop.pending_data_position = checkpoint.get(DATA_KEY)
+        if self.loop is not None:
+            self.loop.take_resume_state(checkpoint)
 
 
 @LOOPS.register_module()
@@ -93,8 +92,13 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     def __init__(self, runner, dataloader, max_epochs: int, **kwargs):
         super().__init__(runner, dataloader, max_epochs, **kwargs)
         self.pending_rng_state: Optional[dict] = None
-        self.pending_data_position: Optional[dict] = None
-        if not any(isinstance(hook, RNGStateHook) for hook in runner.hooks):
+        self.converted_position: Optional[dict] = None  # how the checkpoint's iteration moved
+        self.batches_to_skip = 0  # of the epoch in progress: the checkpoint trained them
+        # The runner registers a config's hooks before it builds its training loop.
+        listed = [hook for hook in runner.hooks if isinstance(hook, RNGStateHook)]
+        for hook in listed:
+            hook.loop = self
+        if not listed:
             runner.register_hook(RNGStateHook(self))
 
     def images_per_iter(self) -> int:
@@ -107,32 +111,69 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         """What a checkpoint needs to continue the epoch on any number of ranks."""
         return dict(iters_per_epoch=len(self.dataloader), images_per_iter=self.images_per_iter())
 
+    def take_resume_state(self, checkpoint: dict) -> None:
+        """Keep the generator states of a checkpoint just loaded, and map its iteration counter to
+        this run's ranks x batch (no-op if equal).
+
+        Called by :class:`RNGStateHook` after the runner has loaded the checkpoint and before it
+        resumes from it: MMEngine's runners set the loop's counters from the checkpoint's ``meta``
+        after its ``after_load_checkpoint`` hooks, so the converted counter is written there.
+        """
+        self.pending_rng_state = checkpoint.get(RNG_KEY)
+        self.converted_position = None
+        saved, meta = checkpoint.get(DATA_KEY), checkpoint.get('meta') or {}
+        if saved is None or saved == self.data_position() or 'iter' not in meta:
+            return
+        iters_in_epoch = meta['iter'] - meta['epoch'] * saved['iters_per_epoch']
+        images = iters_in_epoch * saved['images_per_iter']
+        done, retrained = divmod(images, self.images_per_iter())
+        self.converted_position = dict(saved=saved, iter=meta['iter'], images=images,
+                                       retrained=retrained)
+        meta['iter'] = meta['epoch'] * len(self.dataloader) + done
+
     def run(self) -> torch.nn.Module:
-        if self._iter == 0:
+        if self.iter == 0:
             # load_from (weights only) also calls after_load_checkpoint: not a resumed run
-            self.pending_rng_state = self.pending_data_position = None
-        if self.pending_data_position is not None:
-            self._convert_position(self.pending_data_position)
-            self.pending_data_position = None
+            self.pending_rng_state = self.converted_position = None
+        if self.converted_position is not None:
+            self._report_converted_position(self.converted_position)
+            self.converted_position = None
+        self.batches_to_skip = self.iter - self.epoch * len(self.dataloader)
+        if self.batches_to_skip == 0:
+            self._restore_rng_state()
         return super().run()
 
-    def _convert_position(self, saved: dict) -> None:
-        """Map a checkpoint's iteration counter to this run's ranks x batch (no-op if equal)."""
-        if saved == self.data_position():
+    def run_iter(self, idx, data_batch) -> None:
+        if idx >= self.batches_to_skip:
+            super().run_iter(idx, data_batch)
             return
+        # Trained before the checkpoint: drawn from the data (its augmentation's random draws
+        # included), not trained again.
+        if idx == self.batches_to_skip - 1:
+            print_log(f'resumed mid-epoch: skipped the {self.batches_to_skip} batches of epoch '
+                      f'{self.epoch + 1} that the checkpoint had already trained',
+                      logger='current')
+            self.batches_to_skip = 0
+            # After the skipped batches, so that their augmentation draws do not count twice.
+            self._restore_rng_state()
+
+    def _restore_rng_state(self) -> None:
+        if self.pending_rng_state is not None:
+            set_rng_state(self.pending_rng_state)
+            self.pending_rng_state = None
+
+    def _report_converted_position(self, converted: dict) -> None:
+        """Replay the schedules to the converted iteration and say what was converted."""
         if not hasattr(self.runner, 'build_param_scheduler'):
             raise RuntimeError(f'{type(self.runner).__name__} cannot resume on another number of '
                                'images per iteration (ranks x batch) than its checkpoint')
-        images = (self._iter - self._epoch * saved['iters_per_epoch']) * saved['images_per_iter']
-        done, retrained = divmod(images, self.images_per_iter())
-        old_iter = self._iter
-        self._iter = self._epoch * len(self.dataloader) + done
         self._replay_schedules()
+        retrained = converted['retrained']
         print_log(f'resumed with {self.images_per_iter()} images per iteration instead of '
-                  f"{saved['images_per_iter']}: iteration {old_iter} of the checkpoint is "
-                  f'{self._iter} here ({images} images into epoch {self._epoch + 1}'
-                  f'{f", {retrained} of them trained again" if retrained else ""}); parameter '
-                  'schedules replayed to it', logger='current')
+                  f"{converted['saved']['images_per_iter']}: iteration {converted['iter']} of the "
+                  f"checkpoint is {self.iter} here ({converted['images']} images into epoch "
+                  f'{self.epoch + 1}{f", {retrained} of them trained again" if retrained else ""}'
+                  '); parameter schedules replayed to it', logger='current')
 
     def _replay_schedules(self) -> None:
         """Rebuild the parameter schedulers and step them to this iteration as this run's
@@ -153,7 +194,7 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         schedulers = runner.param_schedulers
         schedulers = ([s for group in schedulers.values() for s in group]
                       if isinstance(schedulers, dict) else schedulers)
-        for it in range(self._iter):
+        for it in range(self.iter):
             for scheduler in schedulers:
                 if not scheduler.by_epoch:
                     scheduler.step()
@@ -161,23 +202,3 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
                 for scheduler in schedulers:
                     if scheduler.by_epoch:
                         scheduler.step()
-
-    def run_epoch(self) -> None:
-        self.runner.call_hook('before_train_epoch')
-        self.runner.model.train()
-        batches = iter(self.dataloader)
-        done = self._iter - self._epoch * len(self.dataloader)
-        if done > 0:
-            for _ in range(done):
-                next(batches)
-            print_log(f'resumed mid-epoch: skipped the {done} batches of epoch {self._epoch + 1} '
-                      'that the checkpoint had already trained', logger='current')
-        if self.pending_rng_state is not None:
-            # After the skipped batches, so that their augmentation draws do not count twice.
-            set_rng_state(self.pending_rng_state)
-            self.pending_rng_state = None
-        for idx, data_batch in enumerate(batches, start=max(done, 0)):
-            self.run_iter(idx, data_batch)
-        self.runner.call_hook('after_train_epoch')
-        self._epoch += 1
-

@@ -31,5 +31,12 @@ class AnyDeviceAmpOptimWrapper(AmpOptimWrapper):
         if dtype not in (None, torch.bfloat16):
             raise ValueError(f'mixed precision on the CPU runs in bfloat16; got dtype {dtype}')
         self.cast_dtype = torch.bfloat16
-        self._scale_update_param = None
-        self.loss_scaler = torch.amp.GradScaler('cpu', enabled=False)
+        self.loss_scaler = torch.amp.GradScaler('cpu', enabled=False)  # for (load_)state_dict
+
+    def step(self, **kwargs) -> None:
+        if self.loss_scaler.is_enabled():
+            super().step(**kwargs)
+        else:
+            # No loss scaling (the CPU): AmpOptimWrapper's step would update the scaler with a
+            # setting that only its own __init__, which needs a GPU, stores.
+            OptimWrapper.step(self, **kwargs)

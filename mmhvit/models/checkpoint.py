@@ -10,7 +10,9 @@ a local path; :func:`register_url_loaders` makes MMEngine's ``CheckpointLoader``
 """
 import argparse
 import contextlib
+import difflib
 import logging
+import os
 import os.path as osp
 import pickle
 import re
@@ -214,19 +216,99 @@ def load_from_http_weights_only(filename: str, map_location=None, model_dir: Opt
     return _load_local(path, f'{filename} (cached as {path})', map_location)
 
 
-def register_url_loaders() -> None:
-    """Make every URL that MMEngine loads go through :func:`load_from_http_weights_only`.
+def _model_url(name: str, urls: Dict[str, str], scheme: str) -> str:
+    """The URL (or, for open-mmlab://, possibly a path) MMEngine's index gives ``name``."""
+    if name not in urls:
+        close = difflib.get_close_matches(name, urls, n=3)
+        hint = f' Did you mean {", ".join(scheme + n for n in close)}?' if close else ''
+        raise ValueError(f'{scheme}{name}: MMEngine has no model of that name (its {scheme} '
+                         f'index names {len(urls)}).{hint}')
+    return urls[name]
 
-    MMEngine's own loader unpickles a downloaded file fully (torch's ``load_state_dict_from_url``
-    defaults to ``weights_only=False``). Called when mmhvit is imported, this covers the Runner's
-    ``load_from`` and ``resume``, tools/test.py, the inferencers of the demo and the ``init_cfg``
-    of any OpenMMLab model in the process. ``torchvision://``, ``open-mmlab://`` and ``mmcls://``
-    resolve their names to URLs and call the module's ``load_from_http`` by name, not through the
-    scheme table, so that name is replaced too.
+
+def load_from_torchvision_weights_only(filename: str, map_location=None):
+    """MMEngine's ``torchvision://NAME`` (and deprecated ``modelzoo://NAME``), read weights-only.
+
+    The name is resolved with MMEngine's ``get_torchvision_models`` and the URL loaded by
+    :func:`load_from_http_weights_only`.
     """
-    CheckpointLoader.register_scheme(prefixes=list(URL_PREFIXES),
-                                     loader=load_from_http_weights_only, force=True)
-    mmengine_checkpoint.load_from_http = load_from_http_weights_only
+    scheme, name = filename.split('://', 1)
+    if scheme == 'modelzoo':
+        print_log('The URL scheme of "modelzoo://" is deprecated, please use "torchvision://" '
+                  'instead', logger='current', level=logging.WARNING)
+    urls = mmengine_checkpoint.get_torchvision_models()
+    return load_from_http_weights_only(_model_url(name, urls, f'{scheme}://'),
+                                       map_location=map_location)
+
+
+def _mmengine_home() -> str:
+    """MMEngine's cache folder (``$MMENGINE_HOME``, else ``$XDG_CACHE_HOME/mmengine``), where the
+    open-mmlab:// index may name local files."""
+    cache = os.getenv(mmengine_checkpoint.ENV_XDG_CACHE_HOME, mmengine_checkpoint.DEFAULT_CACHE_DIR)
+    return osp.expanduser(os.getenv(mmengine_checkpoint.ENV_MMENGINE_HOME,
+                                    osp.join(cache, 'mmengine')))
+
+
+def load_from_openmmlab_weights_only(filename: str, map_location=None):
+    """MMEngine's ``open-mmlab://NAME`` / ``openmmlab://NAME``, read weights-only.
+
+    As MMEngine resolves them: a deprecated name is replaced by its successor (with a warning),
+    then MMEngine's ``get_external_models`` gives a URL, loaded by
+    :func:`load_from_http_weights_only`, or a path relative to MMEngine's cache folder, read like
+    any local checkpoint.
+    """
+    scheme, name = filename.split('://', 1)
+    prefix = f'{scheme}://'
+    successors = mmengine_checkpoint.get_deprecated_model_names()
+    if name in successors:
+        print_log(f'{prefix}{name} is deprecated in favor of {prefix}{successors[name]}',
+                  logger='current', level=logging.WARNING)
+        name = successors[name]
+    url = _model_url(name, mmengine_checkpoint.get_external_models(), prefix)
+    if is_url(url):
+        return load_from_http_weights_only(url, map_location=map_location)
+    path = osp.join(_mmengine_home(), url)
+    return _load_local(path, f'{prefix}{name} ({path})', map_location)
+
+
+def load_from_mmcls_weights_only(filename: str, map_location=None):
+    """MMEngine's ``mmcls://NAME``, read weights-only.
+
+    As MMEngine's loader returns it: ``{'state_dict': ...}`` with the ``backbone.`` weights of the
+    MMClassification checkpoint, without that prefix.
+    """
+    name = filename[len('mmcls://'):]
+    url = _model_url(name, mmengine_checkpoint.get_mmcls_models(), 'mmcls://')
+    checkpoint = load_from_http_weights_only(url, map_location=map_location)
+    weights = checkpoint.get('state_dict', checkpoint) if isinstance(checkpoint, dict) else {}
+    return dict(state_dict=OrderedDict((k[len('backbone.'):], v) for k, v in weights.items()
+                                       if k.startswith('backbone.')))
+
+
+# MMEngine's schemes that end in a download, and our weights-only loader of each. MMEngine's own
+# loaders unpickle a download fully (torch's ``load_state_dict_from_url`` defaults to
+# ``weights_only=False``).
+WEIGHTS_ONLY_LOADERS = {
+    **{prefix: load_from_http_weights_only for prefix in URL_PREFIXES},
+    'torchvision://': load_from_torchvision_weights_only,
+    'modelzoo://': load_from_torchvision_weights_only,
+    'open-mmlab://': load_from_openmmlab_weights_only,
+    'openmmlab://': load_from_openmmlab_weights_only,
+    'mmcls://': load_from_mmcls_weights_only,
+}
+
+
+def register_url_loaders() -> None:
+    """Make every checkpoint that MMEngine downloads load weights-only.
+
+    Registers :data:`WEIGHTS_ONLY_LOADERS` with MMEngine's ``CheckpointLoader`` under MMEngine's
+    own prefixes, replacing its loaders (``force=True``): the loader table holds one loader per
+    prefix, so ours are the ones found. Called when mmhvit is imported, this covers the Runner's
+    ``load_from`` and ``resume``, tools/test.py, the inferencers of the demo and the ``init_cfg``
+    of any OpenMMLab model in the process. Nothing of MMEngine's module is replaced.
+    """
+    for prefix, loader in WEIGHTS_ONLY_LOADERS.items():
+        CheckpointLoader.register_scheme(prefixes=prefix, loader=loader, force=True)
 
 
 def strip_prefix(state_dict: Dict[str, torch.Tensor], prefix: Optional[str],
@@ -247,8 +329,7 @@ def strip_prefix(state_dict: Dict[str, torch.Tensor], prefix: Optional[str],
 def unwrap_state_dict(state_dict: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """The backbone's tensors of a DDP-wrapped (``module.``) or MMPretrain-classifier
     (``backbone.``, with ``head.*`` beside it) state dict; any other passes unchanged."""
-    if state_dict and all(k.startswith('module.') for k in state_dict):
-        state_dict = OrderedDict((k[len('module.'):], v) for k, v in state_dict.items())
+    state_dict = strip_module_prefix(state_dict)
     if any(k.startswith('backbone.') for k in state_dict):
         state_dict = OrderedDict((k[len('backbone.'):], v) for k, v in state_dict.items()
                                  if k.startswith('backbone.'))

@@ -5,6 +5,7 @@ from .launch import (
     build_runner,
     close_process_group,
     exit_rank,
+    init_model_weights,
     prepare_runner_config,
 )
 from .measure import (
@@ -22,7 +23,8 @@ from .measure import (
 
 __all__ = [
     'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'close_process_group',
-    'exit_rank', 'add_debug_argument', 'reports_user_errors', 'count_flops', 'count_params',
+    'exit_rank', 'init_model_weights', 'add_debug_argument', 'reports_user_errors', 'count_flops',
+    'count_params',
     'FreshProcessDied', 'PeakMemory', 'ab_ratio_runs',
     'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time', 'spread',
     'step_functions', 'synchronize'

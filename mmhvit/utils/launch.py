@@ -3,17 +3,68 @@ import gc
 import logging
 import os
 import os.path as osp
+import subprocess
 import sys
-from unittest import mock
 
 import torch
 import torch.distributed as dist
 from mmengine.config import Config
-from mmengine.dist.utils import _init_dist_slurm
+from mmengine.dist import broadcast
+from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from ..models.checkpoint import load_checkpoint_file, training_checkpoint_globals
+
+# Variables that srun sets for each task it starts (srun's manual, OUTPUT ENVIRONMENT VARIABLES)
+SLURM_TASK_VARIABLES = ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_LOCALID', 'SLURM_NODELIST')
+DEFAULT_MASTER_PORT = '29500'  # torch.distributed's, as MMEngine's Slurm launcher uses
+
+
+def first_slurm_host(node_list: str) -> str:
+    """The first host of a Slurm node list (``node-[0-3]`` -> ``node-0``), by ``scontrol``."""
+    command = ['scontrol', 'show', 'hostname', node_list]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as error:
+        raise RuntimeError(f'launcher "slurm": cannot run `{" ".join(command)}` to find the '
+                           f'master host ({error}); set MASTER_ADDR to its address') from None
+    hosts = result.stdout.split()
+    if result.returncode != 0 or not hosts:
+        detail = result.stderr.strip() or 'no host printed'
+        raise RuntimeError(f'launcher "slurm": `{" ".join(command)}` failed ({detail}); set '
+                           'MASTER_ADDR to the address of the first node')
+    return hosts[0]
+
+
+def init_slurm_process_group(backend: str = 'gloo') -> None:
+    """Join the process group of an srun job, from the variables srun gives each task.
+
+    Sets up the environment as MMEngine's Slurm launcher does: RANK, WORLD_SIZE and LOCAL_RANK
+    from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID; MASTER_ADDR, unless already set, the first
+    host of SLURM_NODELIST; MASTER_PORT, unless already set, 29500. Unlike MMEngine's launcher it
+    does not select a CUDA device, which fails on a machine without a GPU.
+
+    Raises:
+        RuntimeError: a variable of srun is missing or not a number, or the master host cannot
+            be found.
+    """
+    missing = [name for name in SLURM_TASK_VARIABLES if name not in os.environ]
+    if missing:
+        raise RuntimeError(f'launcher "slurm" needs the variables srun gives each task; '
+                           f'{", ".join(missing)} not set (start it with tools/slurm_train.sh, '
+                           'tools/slurm_test.sh or srun)')
+    ranks = {}
+    for name, variable in (('RANK', 'SLURM_PROCID'), ('WORLD_SIZE', 'SLURM_NTASKS'),
+                           ('LOCAL_RANK', 'SLURM_LOCALID')):
+        value = os.environ[variable]
+        if not value.isdigit():
+            raise RuntimeError(f'launcher "slurm": {variable}={value!r} is not a task number')
+        ranks[name] = str(int(value))
+    master_addr = os.environ.get('MASTER_ADDR') or first_slurm_host(os.environ['SLURM_NODELIST'])
+    os.environ.update(MASTER_ADDR=master_addr,
+                      MASTER_PORT=os.environ.get('MASTER_PORT', DEFAULT_MASTER_PORT), **ranks)
+    dist.init_process_group(backend=backend)
 
 
 def _init_cpu_process_group(launcher: str) -> None:
@@ -25,10 +76,7 @@ def _init_cpu_process_group(launcher: str) -> None:
     if dist.is_initialized():
         return
     if launcher == 'slurm':
-        # MMEngine's own Slurm set-up (ranks from SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID, the
-        # master from `scontrol show hostname`, MASTER_PORT or 29500), without its set_device.
-        with mock.patch.object(torch.cuda, 'set_device', lambda device: None):
-            _init_dist_slurm('gloo')
+        init_slurm_process_group('gloo')
     else:
         dist.init_process_group(backend='gloo')
 
@@ -174,6 +222,20 @@ def build_runner(cfg: Config):
     return runner
 
 
+def init_model_weights(runner) -> None:
+    """Initialise the runner's model as ``runner.train()`` does before its first iteration.
+
+    The model's ``init_weights`` (its ``init_cfg``: pretrained weights included), then every rank
+    takes rank 0's values. For tools that use a freshly built model without training it (gradient
+    diagnostics, an untrained baseline).
+    """
+    model = runner.model.module if is_model_wrapper(runner.model) else runner.model
+    if hasattr(model, 'init_weights'):
+        model.init_weights()
+        for tensor in model.state_dict().values():
+            broadcast(tensor)  # nothing to do without a process group
+
+
 def allow_training_checkpoints(runner) -> None:
     """Let the runner resume from / test MMEngine training checkpoints, still weights-only.
 
@@ -194,7 +256,8 @@ def allow_training_checkpoints(runner) -> None:
             try:
                 return original()
             except Exception:
-                checkpoint = runner._load_from  # None when resuming from the latest in work_dir
+                # what the runner was built with: None when resuming from the latest in work_dir
+                checkpoint = runner.cfg.get('load_from')
                 if checkpoint and '://' not in str(checkpoint):
                     load_checkpoint_file(checkpoint)  # raises the file's own error, if any
                 raise

@@ -169,14 +169,11 @@ def train_row(family: str, s: dict, dry_run: bool):
 def mmcv_ops_missing(device: str):
     """Why mmcv's ops cannot run on ``device`` (None when they can)."""
     try:
-        from mmcv.ops import RoIAlign  # noqa: F401
+        from mmcv.ops import RoIAlign, get_compiling_cuda_version  # noqa: F401
     except (ImportError, ModuleNotFoundError) as error:
         return f'mmcv has no compiled ops here ({error})'
-    if device == 'cuda':
-        from mmcv.utils import ext_loader
-        ext = ext_loader.load_ext('_ext', ['get_compiling_cuda_version'])
-        if ext.get_compiling_cuda_version() == 'not available':
-            return 'mmcv was built without CUDA ops'
+    if device == 'cuda' and get_compiling_cuda_version() == 'not available':
+        return 'mmcv was built without CUDA ops'
     return None
 
 

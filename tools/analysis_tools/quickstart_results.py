@@ -81,11 +81,12 @@ _SAVE_UNTRAINED = '''
 import sys, torch
 from mmengine.config import Config
 from mmengine.runner import Runner
+from mmhvit.utils import init_model_weights
 config, out, work_dir = sys.argv[1:]
 cfg = Config.fromfile(config)
 cfg.work_dir = work_dir
 runner = Runner.from_cfg(cfg)  # seeds as the training run does, then builds the model
-runner._init_model_weights()
+init_model_weights(runner)
 torch.save(dict(state_dict=runner.model.state_dict(), meta=dict(untrained=True)), out)
 '''
 

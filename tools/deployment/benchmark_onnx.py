@@ -95,7 +95,7 @@ def compile_rows(model, name: str, args) -> List[str]:
     rows = []
     for text in args.compile_sizes:
         x = torch.randn(1, 3, *parse_size(text))
-        torch._dynamo.reset()
+        torch.compiler.reset()
         compiled = torch.compile(model)
         start = time.perf_counter()
         with torch.no_grad():
