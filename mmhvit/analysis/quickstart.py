@@ -72,7 +72,7 @@ def targets(rows: List[Dict]) -> List[str]:
 
 
 def summary_table(rows: List[Dict]) -> List[str]:
-    """Task x backbone, the task's main metric (the README shows this one)."""
+    """Task x backbone, the task's main metric (the results page's first table)."""
     lines = ['| task (metric) | ' + ' | '.join(BACKBONES) + ' |',
              '|---|' + '---|' * len(BACKBONES)]
     for algo, (task, metrics) in TASKS.items():
