@@ -294,3 +294,22 @@ def test_benchmark_detection_refuses_bad_options(option, refused, capsys):
         run_in_process('tools/analysis_tools/benchmark.py', '--sections', 'detection', *option)
     errors = [line for line in capsys.readouterr().err.splitlines() if 'error' in line]
     assert exit_info.value.code == 2 and len(errors) == 1 and refused in errors[0]
+
+
+def test_benchmark_memory_section(tmp_path, capsys):
+    """Each variant of ours measured; the lean backward keeps less than the plain one, and
+    checkpointing less again."""
+    out = tmp_path / 'memory.md'
+    log = run_benchmark(capsys, '--sections', 'memory', '--det-algos', 'retinanet',
+                        '--det-backbones', 'HAT-Net-S', '--det-size', '128x160', '--det-batches',
+                        '1', '--repeats', '1', '--warmup', '0', '--threads', '1', '--out',
+                        str(out))
+    assert 'memory: retinanet HAT-Net-S lean + with_cp, batch 1 (fresh process)' in log
+    header, _, *rows = markdown_tables(out.read_text())[0]
+    assert header[:3] == ['backbone', 'variant', 'saved for backward (MiB)']
+    saved = {row[1]: float(row[2]) for row in rows}
+    assert list(saved) == ['plain', 'lean', 'lean + recompute_attention', 'lean + with_cp']
+    assert saved['lean + with_cp'] < saved['lean'] < saved['plain']
+    assert saved['lean + recompute_attention'] <= saved['lean']
+    timed = {row[1]: row[6] for row in rows}
+    assert timed['lean + with_cp'] == '—' and timed['plain'].count('/') == 2

@@ -127,10 +127,11 @@ def test_lean_layer_never_overwrites_the_input_it_keeps():
     torch.testing.assert_close(x.grad, expected)
 
 
-@pytest.mark.parametrize('name', sorted(FAMILIES))
-def test_every_family_gives_the_same_outputs_and_gradients_lean_or_not(name):
+@pytest.mark.parametrize('name, extra', [*((name, {}) for name in sorted(FAMILIES)),
+                                         ('PyramidTNT', dict(recompute_attention=True))])
+def test_every_family_gives_the_same_outputs_and_gradients_lean_or_not(name, extra):
     torch.manual_seed(0)
-    model = build_tiny(name).double().train()
+    model = build_tiny(name, **extra).double().train()
     plain = build_tiny(name, lean_backward=False)
     plain.load_state_dict(model.state_dict())
     plain = plain.double().train()
@@ -171,3 +172,40 @@ def test_lean_block_under_bfloat16_autocast_matches_the_plain_one():
     for grad, grad_p in zip(results[0][2], results[1][2]):
         assert grad.dtype == torch.float32
         torch.testing.assert_close(grad, grad_p, atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize('dropout_p', [0., .3])
+def test_recomputed_attention_weights_equal_the_kept_ones_and_keep_less(dropout_p):
+    """The matmul kernel with ``recompute`` keeps only its inputs and gives the same outputs and
+    gradients (the same dropout mask drawn again), bias and padded keys included."""
+    from mmhvit.models.layers import multihead_attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(6, 16, 8, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(1, 2, 16, 16, dtype=torch.float64)
+    key_mask = torch.ones(3, 16, dtype=torch.bool)
+    key_mask[1, 12:] = False
+    results = []
+    for recompute in (True, False):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+        torch.manual_seed(1)
+        out, kept = saved_bytes(lambda: multihead_attention(
+            *leaves[:3], 2, key_mask=key_mask, kernel='matmul', attn_bias=leaves[3],
+            dropout_p=dropout_p, recompute=recompute))
+        out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape))
+        results.append((out.detach(), [t.grad for t in leaves], kept))
+    torch.testing.assert_close(results[0][0], results[1][0])
+    for grad, grad_p in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(grad, grad_p)
+    assert results[0][2] < results[1][2]
+
+
+def test_long_attention_keeps_its_weights_unless_asked():
+    """``recompute`` alone covers short key sequences (windows, words); ``recompute_long``
+    the rest."""
+    from mmhvit.models.layers import multihead_attention
+    from mmhvit.models.layers.attention import CPU_SHORT_SEQUENCE
+    q, k, v = (torch.randn(2, CPU_SHORT_SEQUENCE + 16, 8, requires_grad=True) for _ in range(3))
+    kept = [saved_bytes(lambda: multihead_attention(q, k, v, 2, kernel='matmul', **kwargs))[1]
+            for kwargs in (dict(), dict(recompute=True),
+                           dict(recompute=True, recompute_long=True))]
+    assert kept[0] == kept[1] > kept[2]

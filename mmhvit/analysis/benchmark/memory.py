@@ -1,7 +1,8 @@
 """What a detector's training step keeps for backward, technique by technique
 (``--sections memory``): each of our backbones plain (``lean_backward=False``), memory-lean (the
-default) and memory-lean with gradient checkpointing, against MMDetection's Swin-T with and
-without checkpointing; CPU, fp32, random weights."""
+default), memory-lean with the long attention recomputed (``recompute_attention``) and
+memory-lean with gradient checkpointing, against MMDetection's Swin-T with and without
+checkpointing; CPU, fp32, random weights."""
 import statistics
 from typing import Dict, List, Optional, Tuple
 
@@ -29,6 +30,7 @@ from .models import log
 
 # (name, backbone overrides, timed): what each row changes in the COCO config's backbone.
 OUR_VARIANTS = (('plain', dict(lean_backward=False), True), ('lean', {}, True),
+                ('lean + recompute_attention', dict(recompute_attention=True), True),
                 ('lean + with_cp', dict(with_cp=True), False))
 BASELINE_VARIANTS = (('plain', {}, True), ('with_cp', dict(with_cp=True), False))
 
@@ -128,15 +130,51 @@ def table_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
     return lines
 
 
+def target_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
+    """The issue's targets, checked on the figures: against Swin-T's plain row, each family's
+    default (lean) saved bytes and peak <= 1.0x, the lightest <= 0.8x, with_cp peaks <= 0.6x;
+    the lean step no slower than the plain one by more than 5%."""
+    base = rows.get((BASELINE, 'plain'))
+    ours = sorted({name for name, _ in rows if name in OURS})
+    if not base or not ours or base['saved'] is None or base['peak'] is None:
+        return [f'No {BASELINE} row: targets not checked.']
+
+    lines = []
+    for key, label, limit, variant in (('saved', 'saved for backward', 1., 'lean'),
+                                       ('peak', 'training peak', 1., 'lean'),
+                                       ('peak', 'training peak with with_cp', .6,
+                                        'lean + with_cp')):
+        figures = {n: rows[n, variant][key] / base[key] for n in ours
+                   if rows[n, variant][key] is not None}
+        missed = [f'{n} {x:.2f}x' for n, x in figures.items() if x > limit]
+        lines.append(f'- {label} (variant {variant}) <= {limit:.1f}x {BASELINE}: '
+                     + ('met by every family' if not missed else f'missed: {", ".join(missed)}'))
+        if limit == 1.:
+            lightest = min(figures, key=figures.get)
+            lines.append(f'- the lightest ({lightest}, {label}) <= 0.8x: '
+                         f'{"met" if figures[lightest] <= .8 else "missed"} '
+                         f'({figures[lightest]:.2f}x)')
+    slow = []
+    for name in ours:
+        plain, lean = rows[name, 'plain'].get('train'), rows[name, 'lean'].get('train')
+        if plain and lean and statistics.median(lean) > 1.05 * statistics.median(plain):
+            slow.append(f'{name} {statistics.median(lean) / statistics.median(plain):.2f}x')
+    lines.append('- lean step <= 1.05x plain: ' + ('met by every family' if not slow else
+                                                     f'missed: {", ".join(slow)}'))
+    return lines
+
+
 def section_memory(args) -> List[str]:
     """The section: one table per detector and batch."""
     height, width = (int(v) for v in args.det_size.split('x'))
     lines = [
         f'## Memory kept for backward, technique by technique (CPU, fp32, {height}x{width})', '',
         'The COCO configs of the detection section with random weights, one row per backbone '
-        'and variant: "plain" is `lean_backward=False`, "lean" the default (each conv\'s and '
-        'linear\'s element-wise input recomputed in backward, `mmhvit/models/layers/lean.py`), '
-        '"with_cp" adds gradient checkpointing of every block. Saved for backward: the distinct '
+        'and variant: "plain" is `lean_backward=False`; "lean" the default (the norms, '
+        'activations and depthwise convs feeding a conv or linear layer, and the attention '
+        'weights of windows and words, recomputed in backward: `mmhvit/models/layers/lean.py`); '
+        '"recompute_attention" recomputes the weights of long attention too; "with_cp" adds '
+        'gradient checkpointing of every block. Saved for backward: the distinct '
         'tensor storages the backbone\'s forward keeps for backward in a training step. Training '
         'peak: the resident-set peak (VmHWM) of two training steps in a fresh process above its '
         'level with the detector built. Step: forward, loss, backward, AdamW step; '
@@ -147,5 +185,6 @@ def section_memory(args) -> List[str]:
     for algo in args.det_algos:
         for batch in args.det_batches:
             rows = measure_rows(algo, batch, args)
-            lines += [f'### {DET_ALGOS[algo]}, batch {batch}', '', *table_lines(rows), '']
+            lines += [f'### {DET_ALGOS[algo]}, batch {batch}', '', *table_lines(rows), '',
+                      *target_lines(rows), '']
     return lines

@@ -50,9 +50,13 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         norm_eval (bool): Keep BatchNorm layers in eval mode while training. Default: False.
         with_cp (bool): Gradient checkpointing of every block (less memory, more time).
             Default: False.
-        lean_backward (bool): Recompute in backward the norms and activations that feed a conv
-            or linear layer, instead of keeping their outputs (the same outputs and gradients,
-            less memory kept for backward; :mod:`mmhvit.models.layers.lean`). Default: True.
+        lean_backward (bool): Recompute in backward the norms, activations and depthwise convs
+            that feed a conv or linear layer, and the attention weights of short key sequences
+            (windows, words), instead of keeping them (the same outputs and gradients, less
+            memory kept for backward; :mod:`mmhvit.models.layers.lean`). Default: True.
+        recompute_attention (bool): With ``lean_backward``, recompute the attention weights of
+            long key sequences too (a second QK^T and softmax in backward, where the CPU's
+            matmul kernel runs; SDPA's fused kernels keep no weights anyway). Default: False.
         pretrained (str, optional): Deprecated, use ``init_cfg``.
         init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are
@@ -81,6 +85,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  lean_backward: bool = True,
+                 recompute_attention: bool = False,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=self._init_cfg_with_pretrained(pretrained, init_cfg))
@@ -89,7 +94,8 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                               qkv_bias=qkv_bias, norm_cfg=norm_cfg, act_cfg=act_cfg,
                               frozen_stages=frozen_stages,
                               flags=dict(norm_eval=norm_eval, with_cp=with_cp,
-                                         lean_backward=lean_backward))
+                                         lean_backward=lean_backward,
+                                         recompute_attention=recompute_attention))
         self.arch_name, self.arch_settings = self._select_arch(arch)
         self.in_channels = in_channels
         self.out_indices = self._normalise_out_indices(out_indices)
@@ -107,10 +113,12 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         self._check_built()
         for stage in self.stages:
             stage.with_cp = with_cp
-        self.lean_backward = lean_backward
+        self.lean_backward, self.recompute_attention = lean_backward, recompute_attention
         for module in self.modules():
             if hasattr(module, 'lean'):  # the layers that recompute their inputs (layers.lean)
                 module.lean = lean_backward
+            if hasattr(module, 'recompute_long_attention'):
+                module.recompute_long_attention = recompute_attention
         self._freeze_stages()
         # Called as hook(module, state_dict, prefix, ...): the function, not the bound method.
         self.register_load_state_dict_pre_hook(HViTBackbone._resize_pos_embed_hook)

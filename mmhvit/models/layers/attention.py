@@ -7,6 +7,7 @@ from typing import Iterator, List, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from .export import is_exporting
 
@@ -39,7 +40,9 @@ def multihead_attention(q: torch.Tensor,
                         scale: Optional[float] = None,
                         dropout_p: float = 0.,
                         kernel: str = 'auto',
-                        attn_bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+                        attn_bias: Optional[torch.Tensor] = None,
+                        recompute: bool = False,
+                        recompute_long: bool = False) -> torch.Tensor:
     """Scaled dot-product attention of token groups, heads split from the channels.
 
     Args:
@@ -61,6 +64,12 @@ def multihead_attention(q: torch.Tensor,
         attn_bias (Tensor, optional): A float bias added to the logits, broadcastable to
             (B, heads, Nq, Nk): a learned position bias (PyramidTNT's ``relative_pos``). It
             takes the logits' dtype (the projections' under autocast).
+        recompute (bool): Where the matmul kernel runs with gradients on at most
+            ``CPU_SHORT_SEQUENCE`` keys (windows, TNT's words), keep only its inputs for backward
+            and recompute the attention weights there (what SDPA's fused kernels do), instead of
+            keeping the (queries x keys) weights of every head: cheap for short sequences.
+        recompute_long (bool): With ``recompute``, for any number of keys (a second QK^T and
+            softmax in backward: PyramidTNT's biased attention over pooled keys).
 
     Returns:
         Tensor: (B, Nq, Cv).
@@ -79,7 +88,13 @@ def multihead_attention(q: torch.Tensor,
         return merge_heads(_export_attention(q, k, v, attn_mask, scale, attn_bias))
     if kernel == 'auto':
         kernel = auto_kernel(q, k, attn_bias)
-    if kernel == 'matmul':
+    recompute = recompute and (recompute_long or k.shape[-2] <= CPU_SHORT_SEQUENCE)
+    if kernel == 'matmul' and recompute and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (q, k, v, attn_bias)):
+        # The dropout mask is drawn again from the same random state (checkpoint restores it).
+        out = checkpoint(_matmul_attention, q, k, v, attn_mask, scale, dropout_p, attn_bias,
+                         use_reentrant=False)
+    elif kernel == 'matmul':
         out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias)
     elif kernel == 'sdpa':
         if attn_bias is not None:

@@ -97,6 +97,7 @@ class HMHSA(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.drop = nn.Dropout2d(drop_rate)
         self.lean = True  # see mmhvit.models.layers.lean
+        self.recompute_long_attention = False  # see multihead_attention
 
     def _check_arguments(self, embed_dims, num_heads, grid_size, ds_ratio, mode) -> None:
         if mode not in self.modes:
@@ -111,7 +112,9 @@ class HMHSA(nn.Module):
     def _attention(self, q, k, v, key_mask=None):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
                                    dropout_p=self.attn_drop_rate if self.training else 0.,
-                                   kernel=self.attn_kernel)
+                                   kernel=self.attn_kernel,
+                                   recompute=self.lean,
+                                   recompute_long=self.recompute_long_attention)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, height, width = x.shape

@@ -111,7 +111,9 @@ def lean_layer(modules: Sequence[nn.Module], layer: nn.Module, x: torch.Tensor,
                lean: bool = True) -> torch.Tensor:
     """``layer(modules(x))`` (``modules`` in turn, then a conv or linear ``layer``), keeping only
     ``x`` for backward where :func:`lean_applies` (and ``lean``)."""
-    if not (lean and lean_applies(modules, layer)):
+    if not (lean and lean_applies(modules, layer)) or all(
+            isinstance(m, (nn.Identity, ChannelsLast)) for m in modules):
+        # (With nothing to recompute, ``layer`` keeps ``x`` anyway.)
         return layer(run_chain(modules, x))
     weights = [w for m in modules for w in weights_of(m)]
     return _LeanLayer.apply(x, modules, layer, layer.weight, layer.bias, *weights)
@@ -187,9 +189,23 @@ def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor,
             grad_weight = flat_grad.t() @ hidden.reshape(-1, hidden.shape[-1]).to(dtype)
         if needs[1]:
             grad_bias = flat_grad.sum(0)
+    elif _is_pointwise(layer):
+        # A 1x1 conv is a linear layer over the channels: two matrix products on NHWC views (no
+        # copy for channels-last maps), the input's gradient in the input's memory layout.
+        matrix = weight.to(dtype).flatten(1)  # (out, in)
+        grad_nhwc = grad_out.permute(0, 2, 3, 1)
+        grad_hidden = (grad_nhwc @ matrix).permute(0, 3, 1, 2).contiguous(
+            memory_format=_memory_format(hidden))
+        if needs[0]:
+            hidden_flat = hidden.permute(0, 2, 3, 1).reshape(-1, hidden.shape[1]).to(dtype)
+            grad_weight = (grad_nhwc.reshape(-1, grad_out.shape[1]).t() @ hidden_flat).view(
+                weight.shape)
+        if needs[1]:
+            grad_bias = grad_out.sum((0, 2, 3))
     else:
         args = (layer.stride, layer.padding, layer.dilation, layer.groups)
         grad_hidden = torch.nn.grad.conv2d_input(hidden.shape, weight.to(dtype), grad_out, *args)
+        grad_hidden = grad_hidden.contiguous(memory_format=_memory_format(hidden))
         if needs[0]:
             grad_weight = torch.nn.grad.conv2d_weight(hidden.to(dtype), weight.shape, grad_out,
                                                       *args)
@@ -198,3 +214,14 @@ def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor,
     return (grad_hidden.to(hidden.dtype),
             None if grad_weight is None else grad_weight.to(weight.dtype),
             None if grad_bias is None else grad_bias.to(bias.dtype))
+
+
+def _is_pointwise(layer: nn.Conv2d) -> bool:
+    return (layer.kernel_size == (1, 1) and layer.stride == (1, 1) and layer.groups == 1
+            and layer.padding in ((0, 0), 'valid'))
+
+
+def _memory_format(x: torch.Tensor) -> torch.memory_format:
+    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
+        and not x.is_contiguous()
+    return torch.channels_last if channels_last else torch.contiguous_format

@@ -50,6 +50,7 @@ class MultiheadSelfAttention(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop_rate)
         self.lean = True  # see mmhvit.models.layers.lean
+        self.recompute_long_attention = False  # see multihead_attention
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
                 pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
@@ -64,7 +65,9 @@ class MultiheadSelfAttention(nn.Module):
     def _attend(self, q, k, v, key_mask):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
                                    dropout_p=self.attn_drop_rate if self.training else 0.,
-                                   kernel=self.attn_kernel)
+                                   kernel=self.attn_kernel,
+                                   recompute=self.lean,
+                                   recompute_long=self.recompute_long_attention)
 
 
 class ClassTokenWindowAttention(MultiheadSelfAttention):
@@ -182,6 +185,7 @@ class ReducedAttention(nn.Module):
         self.proj = nn.Linear(embed_dims, embed_dims)
         self.proj_drop = nn.Dropout(proj_drop_rate)
         self.lean = True  # see mmhvit.models.layers.lean
+        self.recompute_long_attention = False  # see multihead_attention
 
     def forward(self, x: torch.Tensor, key_mask: Optional[torch.Tensor] = None,
                 grid: Optional[Tuple[int, int]] = None,
@@ -209,7 +213,9 @@ class ReducedAttention(nn.Module):
     def _attend(self, q, k, v, key_mask, bias):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask, attn_bias=bias,
                                    dropout_p=self.attn_drop_rate if self.training else 0.,
-                                   kernel=self.attn_kernel)
+                                   kernel=self.attn_kernel,
+                                   recompute=self.lean,
+                                   recompute_long=self.recompute_long_attention)
 
 
 class TransformerLayer(nn.Module):
