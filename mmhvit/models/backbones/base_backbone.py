@@ -22,10 +22,9 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
     Every backbone is a stem (``patch_embed``) and ``num_stages`` stages (``stages``, each a
     :class:`BackboneStage`); output i is the map after stage i + 1 (strides 4, 8, 16, 32). Only the
     stages up to the deepest requested output are built, so that no parameter is left without a
-    gradient (DDP). The base implements argument checks, the arch zoo, the drop-path schedule,
-    gradient checkpointing, ``frozen_stages`` and ``norm_eval``, default initialisation,
-    ``init_cfg`` (single or list; ``Pretrained`` entries load through the family's converter) and
-    the logged resizing of position embeddings on load.
+    gradient (DDP). The base implements the argument checks, arch zoo, drop-path schedule, the
+    OpenMMLab switches, initialisation and ``init_cfg`` (``Pretrained`` through the family's
+    converter, position embeddings resized on load).
 
     A family defines the class data ``arch_zoo``, ``arch_aliases`` (short names of zoo archs),
     ``essential_keys``, ``optional_keys`` (custom-arch keys with their defaults),
@@ -50,13 +49,10 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         norm_eval (bool): Keep BatchNorm layers in eval mode while training. Default: False.
         with_cp (bool): Gradient checkpointing of every block (less memory, more time).
             Default: False.
-        lean_backward (bool): Recompute in backward the norms, activations and depthwise convs
-            that feed a conv or linear layer, and the attention weights of short key sequences
-            (windows, words), instead of keeping them (the same outputs and gradients, less
-            memory kept for backward; :mod:`mmhvit.models.layers.lean`). Default: True.
-        recompute_attention (bool): With ``lean_backward``, recompute the attention weights of
-            long key sequences too (a second QK^T and softmax in backward, where the CPU's
-            matmul kernel runs; SDPA's fused kernels keep no weights anyway). Default: False.
+        lean_backward (bool): Recompute in backward what feeds a conv or linear layer (norms,
+            activations, depthwise convs) and short attention's weights, instead of keeping them
+            (:mod:`mmhvit.models.layers.lean`; same numbers). Default: True.
+        recompute_attention (bool): Recompute long attention's weights too. Default: False.
         pretrained (str, optional): Deprecated, use ``init_cfg``.
         init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are

@@ -89,23 +89,27 @@ def multihead_attention(q: torch.Tensor,
     if kernel == 'auto':
         kernel = auto_kernel(q, k, attn_bias)
     recompute = recompute and (recompute_long or k.shape[-2] <= CPU_SHORT_SEQUENCE)
+    return merge_heads(_run_kernel(kernel, q, k, v, attn_mask, scale, dropout_p, attn_bias,
+                                   recompute))
+
+
+def _run_kernel(kernel, q, k, v, attn_mask, scale, dropout_p, attn_bias, recompute):
+    """Attention of (B, heads, N, D) tensors by ``kernel`` (see :func:`multihead_attention`)."""
     if kernel == 'matmul' and recompute and torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (q, k, v, attn_bias)):
         # The dropout mask is drawn again from the same random state (checkpoint restores it).
-        out = checkpoint(_matmul_attention, q, k, v, attn_mask, scale, dropout_p, attn_bias,
-                         use_reentrant=False)
-    elif kernel == 'matmul':
-        out = _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias)
-    elif kernel == 'sdpa':
+        return checkpoint(_matmul_attention, q, k, v, attn_mask, scale, dropout_p, attn_bias,
+                          use_reentrant=False)
+    if kernel == 'matmul':
+        return _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias)
+    if kernel == 'sdpa':
         if attn_bias is not None:
             # One float mask: the bias, and the dtype's lowest value at padded keys.
             attn_mask = attn_bias if attn_mask is None else torch.where(
                 attn_mask, attn_bias, torch.finfo(attn_bias.dtype).min)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                             scale=scale)
-    else:
-        raise ValueError(f'attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}')
-    return merge_heads(out)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                              scale=scale)
+    raise ValueError(f'attention kernel must be one of {ATTENTION_KERNELS}, got {kernel!r}')
 
 
 def auto_kernel(q: torch.Tensor, k: torch.Tensor, attn_bias: Optional[torch.Tensor]) -> str:
