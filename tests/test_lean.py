@@ -9,22 +9,16 @@ import torch.nn as nn
 from mmhvit.models.layers import InvertedResidual, Mlp
 from mmhvit.models.layers.lean import lean_layer, recomputable
 from mmhvit.testing import FAMILIES, build_tiny
+from mmhvit.utils import SavedForBackward
 
 pytestmark = pytest.mark.unit
 
 
 def saved_bytes(fn):
-    """Bytes of the distinct tensor storages autograd keeps for backward while ``fn`` runs."""
-    saved = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    """``fn()`` and the bytes autograd keeps for backward while it runs."""
+    with SavedForBackward() as saved:
         out = fn()
-    return out, sum(saved.values())
+    return out, saved.bytes
 
 
 def lean_and_plain(module):

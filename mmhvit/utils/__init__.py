@@ -11,6 +11,7 @@ from .launch import (
 from .measure import (
     FreshProcessDied,
     PeakMemory,
+    SavedForBackward,
     ab_ratio_runs,
     alternating_samples,
     alternating_times,
@@ -25,7 +26,7 @@ __all__ = [
     'prepare_runner_config', 'allow_training_checkpoints', 'build_runner', 'close_process_group',
     'exit_rank', 'init_model_weights', 'add_debug_argument', 'reports_user_errors', 'count_flops',
     'count_params',
-    'FreshProcessDied', 'PeakMemory', 'ab_ratio_runs',
+    'FreshProcessDied', 'PeakMemory', 'SavedForBackward', 'ab_ratio_runs',
     'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time', 'spread',
     'step_functions', 'synchronize'
 ]

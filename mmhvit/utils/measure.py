@@ -114,6 +114,33 @@ class PeakMemory:
             self.peak = proc_status('VmHWM:') - self.base
 
 
+class SavedForBackward:
+    """Counts what autograd keeps for backward inside the ``with`` block: the bytes of the
+    distinct tensor storages its saved-tensor hooks see packed (``.bytes``; views of one storage
+    count once)."""
+
+    def __init__(self):
+        self.storages = {}
+        self._hooks = []
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        self.storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    def __enter__(self):  # may be entered again, e.g. once per forward call
+        self._hooks.append(torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t))
+        self._hooks[-1].__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.pop().__exit__(*exc)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.storages.values())
+
+
 class FreshProcessDied(RuntimeError):
     """The process of :func:`in_fresh_process` ended without a result: killed by a signal (the
     kernel's out-of-memory killer sends SIGKILL) or exited from native code."""

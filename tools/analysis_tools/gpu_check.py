@@ -40,7 +40,12 @@ sys.path.insert(0, REPO)
 from mmhvit.analysis.benchmark.models import SCALING_ARCHS, log  # noqa: E402
 from mmhvit.analysis.benchmark.models import build_backbone as build_family  # noqa: E402
 from mmhvit.testing import TINY_ARCHS  # noqa: E402  (the dry run's tiny variants)
-from mmhvit.utils import PeakMemory, median_time, step_functions  # noqa: E402
+from mmhvit.utils import (  # noqa: E402
+    PeakMemory,
+    SavedForBackward,
+    median_time,
+    step_functions,
+)
 
 # family (mmhvit.analysis.benchmark's names; the COCO configs' arch is its SCALING_ARCHS one):
 # (the COCO config's name part, the TINY_ARCHS key of the dry run)
@@ -261,20 +266,13 @@ def detector_section(args, s) -> List[str]:
 def kept_for_backward(model: nn.Module, x: torch.Tensor, device: str):
     """(MiB of the distinct storages one bf16-autocast forward keeps for backward, peak GiB of
     that forward and its backward)."""
-    saved = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
     model.train()
     with PeakMemory(device) as mem:
-        with autocast(device, True), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with autocast(device, True), SavedForBackward() as saved:
             outs = model(x)
         sum(out.float().mean() for out in outs).backward()
     model.zero_grad(set_to_none=True)
-    return sum(saved.values()) / 2**20, mem.peak / 2**30
+    return saved.bytes / 2**20, mem.peak / 2**30
 
 
 def lean_section(args, s) -> List[str]:

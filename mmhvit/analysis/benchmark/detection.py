@@ -1,6 +1,7 @@
 """Our backbones in RetinaNet and Mask R-CNN against MMDetection's own Swin-T, PVTv2-b2 and
 ResNet-50 configs (``--sections detection``): training-step and inference time, peak memory,
 params and backbone FLOPs, CPU, fp32, random weights."""
+import contextlib
 import os.path as osp
 import statistics
 from typing import Dict, Iterator, List, Optional
@@ -16,6 +17,7 @@ from mmhvit.utils.flops import count_flops, count_params
 from mmhvit.utils.measure import (
     FreshProcessDied,
     PeakMemory,
+    SavedForBackward,
     alternating_samples,
     in_fresh_process,
     spread,
@@ -325,29 +327,31 @@ def profile_training_step(model: nn.Module, data: dict) -> Dict[str, float]:
     from torch.profiler import ProfilerActivity, profile
     train_step, _ = detector_steps(model, data)
     train_step()
-    saved = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    backbone_forward = model.backbone.forward
-
-    def forward_saving(*args, **kwargs):
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            return backbone_forward(*args, **kwargs)
-
-    model.backbone.forward = forward_saving
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            train_step()
-    finally:
-        del model.backbone.forward  # the bound method of the class again
+    with counting_backbone_saves(model) as saved, profile(activities=[ProfilerActivity.CPU]) \
+            as prof:
+        train_step()
     groups = dict.fromkeys(GROUP_NAMES, 0.)
     for event in prof.key_averages():
         groups[op_group(event.key)] += event.self_cpu_time_total / 1e6
-    return dict(groups, saved_mib=sum(saved.values()) / 2**20)
+    return dict(groups, saved_mib=saved.bytes / 2**20)
+
+
+@contextlib.contextmanager
+def counting_backbone_saves(model: nn.Module) -> Iterator[SavedForBackward]:
+    """Within the block, what the detector's backbone forward keeps for backward is counted
+    (:class:`mmhvit.utils.SavedForBackward`); the rest of the step is not."""
+    saved = SavedForBackward()
+    backbone_forward = model.backbone.forward
+
+    def forward_counting(*args, **kwargs):
+        with saved:
+            return backbone_forward(*args, **kwargs)
+
+    model.backbone.forward = forward_counting
+    try:
+        yield saved
+    finally:
+        del model.backbone.forward  # the bound method of the class again
 
 
 def section_detection_profile(args) -> List[str]:

@@ -22,6 +22,7 @@ from .detection import (
     DET_ALGOS,
     OURS,
     build_detector,
+    counting_backbone_saves,
     detector_steps,
     selected_backbones,
     synthetic_batch,
@@ -53,24 +54,11 @@ def saved_and_peak(algo: str, name: str, overrides: dict, batch: int, size: str)
     model = build_variant(algo, name, overrides)
     train_step, _ = detector_steps(model, synthetic_batch(batch, height, width,
                                                           algo == 'mask-rcnn'))
-    saved: Dict[int, int] = {}
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    backbone_forward = model.backbone.forward
-
-    def forward_counting(*args, **kwargs):
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            return backbone_forward(*args, **kwargs)
-
     with PeakMemory('cpu') as mem:
         train_step()
-        model.backbone.forward = forward_counting
-        train_step()
-    return dict(peak=mem.peak, saved=sum(saved.values()))
+        with counting_backbone_saves(model) as saved:
+            train_step()
+    return dict(peak=mem.peak, saved=saved.bytes)
 
 
 def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
