@@ -7,7 +7,6 @@ import statistics
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn as nn
 
 from mmhvit.utils.measure import (
     FreshProcessDied,
@@ -40,18 +39,13 @@ def variants(name: str) -> Tuple[Tuple[str, dict, bool], ...]:
     return OUR_VARIANTS if name in OURS else BASELINE_VARIANTS
 
 
-def build_variant(algo: str, name: str, overrides: dict) -> nn.Module:
-    """The detector of :func:`build_detector` with ``overrides`` in its backbone config."""
-    return build_detector(algo, name, backbone_overrides=overrides)
-
-
 def saved_and_peak(algo: str, name: str, overrides: dict, batch: int, size: str) -> dict:
     """In a fresh process: the resident-set peak of two training steps above the level with the
     model built, and the bytes of the distinct tensor storages the backbone's forward keeps for
     backward in the second step (its saved-tensor hooks count them as autograd packs them)."""
     torch.manual_seed(0)
     height, width = (int(v) for v in size.split('x'))
-    model = build_variant(algo, name, overrides)
+    model = build_detector(algo, name, backbone_overrides=overrides)
     train_step, _ = detector_steps(model, synthetic_batch(batch, height, width,
                                                           algo == 'mask-rcnn'))
     with PeakMemory('cpu') as mem:
@@ -80,7 +74,7 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
     height, width = (int(v) for v in args.det_size.split('x'))
     steps = []
     for name, variant, overrides in timed:
-        model = build_variant(algo, name, overrides)
+        model = build_detector(algo, name, backbone_overrides=overrides)
         steps.append(detector_steps(model, synthetic_batch(batch, height, width,
                                                            algo == 'mask-rcnn'))[0])
     log(f'memory: {algo}, batch {batch}, {len(steps)} training steps alternating')

@@ -7,11 +7,11 @@ anyway, ``layer(chain(x))`` needs only ``x``: :func:`lean_layer` computes it tha
 statistics are those of the plain modules; the backward of ``layer`` uses the kernels autograd
 would (:mod:`torch.nn.grad`), so ``layer``'s forward is not repeated.
 
-It applies while training with gradients, to the modules it can recompute exactly (``RECOMPUTED``:
-norms without state and BatchNorm, whose running statistics are updated once, in forward;
-activations; convs; dropout with p = 0). Anything else (SyncBN, a dropout that draws a mask)
-takes the plain path. The recompute reads the weights the forward was given (not the modules'
-attributes at backward time, which FSDP swaps) and replays the forward's autocast.
+It applies while training with gradients, to the modules it can recompute exactly
+(:func:`recomputable`: norms without state and BatchNorm, whose running statistics are updated
+once, in forward; activations; convs; dropout with p = 0). Anything else (SyncBN, a dropout that
+draws a mask) takes the plain path. The recompute reads the weights the forward was given (not
+the modules' attributes at backward time, which FSDP swaps) and replays the forward's autocast.
 """
 from typing import List, Optional, Sequence
 
@@ -96,21 +96,20 @@ def run_chain(modules: Sequence[nn.Module], x: torch.Tensor,
     return x
 
 
-def lean_applies(modules: Sequence[nn.Module], layer: nn.Module) -> bool:
+def lean_applies(modules: Sequence[Optional[nn.Module]], layer: nn.Module) -> bool:
     """Whether ``layer(modules(x))`` takes the lean path: training with gradients, a plain conv
-    or linear layer, and modules it can recompute."""
-    if not (torch.is_grad_enabled() and layer.training
-            and isinstance(layer, (nn.Conv2d, nn.Linear))):
-        return False
-    if isinstance(layer, nn.Conv2d) and layer.padding_mode != 'zeros':
-        return False
-    return all(recomputable(m) for m in modules)
+    or linear layer, and modules (None entries skipped) it can recompute."""
+    plain_layer = isinstance(layer, nn.Linear) or (isinstance(layer, nn.Conv2d)
+                                                    and recomputable(layer))
+    return (torch.is_grad_enabled() and layer.training and plain_layer
+            and all(recomputable(m) for m in modules if m is not None))
 
 
-def lean_layer(modules: Sequence[nn.Module], layer: nn.Module, x: torch.Tensor,
+def lean_layer(modules: Sequence[Optional[nn.Module]], layer: nn.Module, x: torch.Tensor,
                lean: bool = True) -> torch.Tensor:
-    """``layer(modules(x))`` (``modules`` in turn, then a conv or linear ``layer``), keeping only
-    ``x`` for backward where :func:`lean_applies` (and ``lean``)."""
+    """``layer(modules(x))`` (``modules`` in turn, None entries skipped, then a conv or linear
+    ``layer``), keeping only ``x`` for backward where :func:`lean_applies` (and ``lean``)."""
+    modules = [m for m in modules if m is not None]
     if not (lean and lean_applies(modules, layer)) or all(
             isinstance(m, (nn.Identity, ChannelsLast)) for m in modules):
         # (With nothing to recompute, ``layer`` keeps ``x`` anyway.)
@@ -126,8 +125,7 @@ class _LeanLayer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, modules, layer, weight, bias, *weights):
         with torch.no_grad():
-            hidden = run_chain(modules, x)
-            out = _apply_layer(layer, hidden, weight, bias)
+            out = layer(run_chain(modules, x))
         ctx.modules, ctx.layer, ctx.weights = modules, layer, (weight, bias, *weights)
         ctx.autocast = [(device, torch.get_autocast_dtype(device))
                         for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
@@ -166,13 +164,6 @@ class _replayed_autocast:
     def __exit__(self, *exc):
         for context in reversed(self.contexts):
             context.__exit__(*exc)
-
-
-def _apply_layer(layer: nn.Module, hidden: torch.Tensor, weight, bias) -> torch.Tensor:
-    if isinstance(layer, nn.Linear):
-        return F.linear(hidden, weight, bias)
-    return F.conv2d(hidden, weight, bias, layer.stride, layer.padding, layer.dilation,
-                    layer.groups)
 
 
 def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor, weight, bias,

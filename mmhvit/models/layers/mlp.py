@@ -32,5 +32,5 @@ class Mlp(nn.Module):
         self.lean = True
 
     def forward(self, x: torch.Tensor, pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
-        x = lean_layer([pre_norm or nn.Identity()], self.fc1, x, self.lean)
+        x = lean_layer([pre_norm], self.fc1, x, self.lean)
         return self.drop2(lean_layer([self.act, self.drop1], self.fc2, x, self.lean))

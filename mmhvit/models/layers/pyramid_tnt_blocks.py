@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
+from ..converters.ptnt import NUM_WORDS
 from .export import is_exporting
 from .norm import build_norm2d
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
@@ -20,8 +21,7 @@ from .tnt_blocks import WordsToSentence
 from .transformer import ReducedAttention, TransformerLayer
 from .windows import ceil_div, pad_nchw, padding_to_multiple
 
-WORDS_PER_SIDE = 4  # a sentence holds 4 x 4 words
-NUM_WORDS = WORDS_PER_SIDE**2  # the inner LayerNorms normalise a sentence's words jointly
+WORDS_PER_SIDE = 4  # a sentence holds 4 x 4 words: NUM_WORDS, the official layout's
 
 
 def conv_norm_relu(in_channels: int, out_channels: int, stride: int,

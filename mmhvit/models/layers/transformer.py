@@ -7,7 +7,7 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 
 from .attention import multihead_attention
-from .lean import lean_layer
+from .lean import lean_applies, lean_layer
 from .mlp import Mlp
 from .pooling import pool_cells
 from .pos_embed import AttnBiasRows
@@ -60,7 +60,7 @@ class MultiheadSelfAttention(nn.Module):
     def project(self, layer: nn.Module, x: torch.Tensor,
                 pre_norm: Optional[nn.Module]) -> torch.Tensor:
         """``layer(pre_norm(x))``, backward keeping ``x`` rather than the normed tokens."""
-        return lean_layer([pre_norm or nn.Identity()], layer, x, self.lean)
+        return lean_layer([pre_norm], layer, x, self.lean)
 
     def _attend(self, q, k, v, key_mask):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
@@ -194,15 +194,22 @@ class ReducedAttention(nn.Module):
         """x: (B, h * w, C) tokens of an h x w ``grid``; ``attn_bias``: (1, heads, queries,
         keys), or :class:`AttnBiasRows` to attend a few query rows at a time; ``pre_norm``: the
         norm applied to ``x`` first (backward keeps ``x`` rather than the normed tokens)."""
-        pre_norm = pre_norm or nn.Identity()
+        lean = self.lean and lean_applies([pre_norm], self.q)
+        # The normed tokens once, unless nothing but the lean projections (which recompute them)
+        # reads them.
+        normed = None if lean and self.sr_ratio == 1 else (x if pre_norm is None else pre_norm(x))
+
+        def project(layer: nn.Module) -> torch.Tensor:
+            return lean_layer([pre_norm], layer, x) if lean else layer(normed)
+
         if self.sr_ratio > 1:
-            keys = pre_norm(x).transpose(1, 2).reshape(x.shape[0], -1, *grid)
+            keys = normed.transpose(1, 2).reshape(x.shape[0], -1, *grid)
             keys = pool_cells(keys, self.sr_ratio, 'avg').flatten(2).transpose(1, 2)
             kv = self.kv(self.reduce_norm(self.reduce(keys)))
         else:
-            kv = lean_layer([pre_norm], self.kv, x, self.lean)
+            kv = project(self.kv)
         k, v = kv.chunk(2, dim=-1)
-        q = lean_layer([pre_norm], self.q, x, self.lean)
+        q = project(self.q)
         if isinstance(attn_bias, AttnBiasRows):
             out = torch.cat([self._attend(q[:, start:end], k, v, key_mask, bias)
                              for start, end, bias in attn_bias], dim=1)
