@@ -29,11 +29,13 @@ def lean_and_plain(module):
     return module, plain
 
 
-def run_both(lean, plain, x):
+def run_both(lean, plain, x, seed=None):
     """Outputs, input gradients and parameter gradients of both modules on the same input,
-    with the bytes each kept for backward."""
+    with the bytes each kept for backward (each run from the random state ``seed``, if given)."""
     results = []
     for module in (lean, plain):
+        if seed is not None:
+            torch.manual_seed(seed)
         leaf = x.clone().requires_grad_()
         out, kept = saved_bytes(lambda: module(leaf))
         out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape))
@@ -71,6 +73,27 @@ def test_lean_inverted_residual_equals_the_plain_one_and_keeps_less(layout, norm
     for buffer, buffer_p in zip(lean.buffers(), plain.buffers()):
         torch.testing.assert_close(buffer, buffer_p)
     assert lean_result[3] < .75 * plain_result[3], (lean_result[3], plain_result[3])
+
+
+@pytest.mark.parametrize('attn_drop_rate', [0., .2])
+def test_lean_hmhsa_equals_the_plain_one_and_keeps_x_only(attn_drop_rate):
+    """Official windowed H-MHSA: the norm, the qkv projection and the window attention are
+    recomputed in backward (padded windows included); with attention dropout, only the norm."""
+    from mmhvit.models.layers import HMHSA
+    torch.manual_seed(0)
+    attn = HMHSA(8, 2, grid_size=4, ds_ratio=2, attn_drop_rate=attn_drop_rate).double().train()
+    for m in attn.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1, .3)
+            nn.init.normal_(m.bias, 0, .3)
+    lean, plain = lean_and_plain(attn)
+    x = torch.randn(2, 8, 11, 13, dtype=torch.float64)
+    lean_result, plain_result = run_both(lean, plain, x, seed=1)
+    assert_same(lean_result, plain_result)
+    for buffer, buffer_p in zip(lean.buffers(), plain.buffers()):
+        torch.testing.assert_close(buffer, buffer_p)
+    ratio = .6 if attn_drop_rate == 0 else .95
+    assert lean_result[3] < ratio * plain_result[3], (lean_result[3], plain_result[3])
 
 
 def test_lean_mlp_with_its_norm_equals_the_plain_one_and_keeps_less():
@@ -168,11 +191,15 @@ def test_lean_block_under_bfloat16_autocast_matches_the_plain_one():
         torch.testing.assert_close(grad, grad_p, atol=5e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize('dropout_p', [0., .3])
-def test_recomputed_attention_weights_equal_the_kept_ones_and_keep_less(dropout_p):
-    """The matmul kernel with ``recompute`` keeps only its inputs and gives the same outputs and
-    gradients (the same dropout mask drawn again), bias and padded keys included."""
-    from mmhvit.models.layers import multihead_attention
+@pytest.mark.parametrize('dropout_p, row_chunk', [(0., None), (0., 1), (.3, None)])
+def test_recomputed_attention_weights_equal_the_kept_ones_and_keep_less(dropout_p, row_chunk,
+                                                                        monkeypatch):
+    """The matmul kernel with ``recompute`` keeps only its inputs (and, without dropout, a
+    log-sum-exp per query) and gives the same outputs and gradients (with dropout, the same mask
+    drawn again), bias and padded keys included, in one pass or a few query rows at a time."""
+    from mmhvit.models.layers import multihead_attention, recomputed_attention
+    if row_chunk:  # one query row at a time: 16 chunks
+        monkeypatch.setattr(recomputed_attention, 'ROW_CHUNK_ELEMENTS', row_chunk)
     torch.manual_seed(0)
     q, k, v = (torch.randn(6, 16, 8, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 2, 16, 16, dtype=torch.float64)

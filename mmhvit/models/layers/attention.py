@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .export import is_exporting
+from .recomputed_attention import recomputed_attention
 
 ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # Up to this many keys, plain matmul + softmax beats the CPU SDPA kernels (TNT's 16-word sentences,
@@ -97,6 +98,8 @@ def _run_kernel(kernel, q, k, v, attn_mask, scale, dropout_p, attn_bias, recompu
     """Attention of (B, heads, N, D) tensors by ``kernel`` (see :func:`multihead_attention`)."""
     if kernel == 'matmul' and recompute and torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (q, k, v, attn_bias)):
+        if dropout_p == 0:
+            return recomputed_attention(q, k, v, attn_mask, scale, attn_bias)
         # The dropout mask is drawn again from the same random state (checkpoint restores it).
         return checkpoint(_matmul_attention, q, k, v, attn_mask, scale, dropout_p, attn_bias,
                           use_reentrant=False)

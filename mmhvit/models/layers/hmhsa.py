@@ -4,6 +4,7 @@ Paper: "Transformer in Convolutional Neural Networks", Liu et al., 2021,
 https://arxiv.org/abs/2106.03180. Shared by the TransCNN backbone and anything else that
 inserts H-MHSA into a CNN.
 """
+import functools
 from typing import Callable
 
 import torch
@@ -109,36 +110,47 @@ class HMHSA(nn.Module):
             raise ValueError(f'H-MHSA num_heads must be >= 1 and divide embed_dims '
                              f'{embed_dims}, got {num_heads}')
 
-    def _attention(self, q, k, v, key_mask=None):
+    def _attention(self, q, k, v, key_mask=None, recompute=None):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask,
                                    dropout_p=self.attn_drop_rate if self.training else 0.,
                                    kernel=self.attn_kernel,
-                                   recompute=self.lean,
+                                   recompute=self.lean if recompute is None else recompute,
                                    recompute_long=self.recompute_long_attention)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, height, width = x.shape
-        if self.mode == 'iterative' and self.grid_size > 1:  # its steps add the normed tokens
+        if self.grid_size == 1:  # plain global MHSA in both modes
+            # qkv(norm(x)), backward keeping x rather than the normed tokens (lean_layer)
+            qkv = lean_layer([self.norm, TO_CHANNELS_LAST], self.qkv, x, self.lean)
+            out = self._attention(*qkv.flatten(1, 2).chunk(3, dim=-1))
+        elif self.mode == 'iterative':  # its steps add the normed tokens
             normed = self.norm(x).permute(0, 2, 3, 1)
             out = self._iterative_steps(normed, self.qkv(normed))
         else:
-            # qkv(norm(x)), backward keeping x rather than the normed tokens (lean_layer)
-            qkv = lean_layer([self.norm, TO_CHANNELS_LAST], self.qkv, x, self.lean)
-            if self.grid_size == 1:
-                out = self._attention(*qkv.flatten(1, 2).chunk(3, dim=-1))
-            else:
-                out = self._official_steps(x, qkv)
+            out = self._official_steps(x)
         out = self.proj(out).reshape(batch, height, width, channels).permute(0, 3, 1, 2)
         return self.drop(out)
 
-    def _official_steps(self, x: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+    def _official_steps(self, x: torch.Tensor) -> torch.Tensor:
         """Window attention, then all tokens against pooled keys; returns (B, H * W, C)."""
-        local = grid_attention(qkv, self.grid_size, self._attention)
+        if self.lean and not (self.training and self.attn_drop_rate > 0):
+            # Backward keeps x only: the norm, the qkv projection and the window attention are
+            # recomputed there (the projected qkv alone is three times the size of x).
+            local = lean_layer([self.norm, TO_CHANNELS_LAST], self.qkv, x,
+                               then=self._recomputed_window_attention)
+        else:
+            qkv = lean_layer([self.norm, TO_CHANNELS_LAST], self.qkv, x, self.lean)
+            local = grid_attention(qkv, self.grid_size, self._attention)
         y = self.grid_norm(x + local.permute(0, 3, 1, 2))
         pooled = self.ds_norm(pool_cells(y, self.ds_ratio, 'avg'))
         k, v = self.kv(pooled.flatten(2).transpose(1, 2)).chunk(2, dim=-1)
         y = y.flatten(2).transpose(1, 2)
         return self._attention(self.q(y), k, v) + y
+
+    def _recomputed_window_attention(self, qkv: torch.Tensor) -> torch.Tensor:
+        # (already recomputed as a whole in backward: no recompute of its own)
+        return grid_attention(qkv, self.grid_size,
+                              functools.partial(self._attention, recompute=False))
 
     def _iterative_steps(self, tokens: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
         """The paper's steps on NHWC maps; returns the sum of the upsampled steps (B, H, W, C)."""

@@ -25,9 +25,9 @@ class InvertedResidual(nn.Module):
     ``act(norm1(conv1)) -> act(norm2(conv2)) -> norm3(conv3)``. ``norm_layout='pre'`` (HAT-Net): a
     norm on the input and one after the last conv, ``act(conv1(pre_norm)) -> act(conv2) ->
     norm3(conv3)``. Channel dropout follows the depthwise stage and the output in both. With
-    ``lean`` (default), the 1x1 convs' inputs are recomputed in backward from the input and from
-    conv1's output (:func:`~mmhvit.models.layers.lean.lean_layer`): the same numbers, less
-    memory kept for backward.
+    ``lean`` (default), conv3's input is recomputed in backward from the block's input
+    (:func:`~mmhvit.models.layers.lean.lean_layer`): the same numbers, less memory kept for
+    backward.
     """
     norm_layouts = ('post', 'pre')
 
@@ -53,11 +53,10 @@ class InvertedResidual(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # conv3(drop(act(norm2(conv2(act(norm1(conv1(pre_norm(x)))))))): where lean_layer can,
-        # backward keeps only x and conv1's output, and recomputes the norms, activations and the
-        # (cheap) depthwise conv2 that feed conv1 and conv3.
-        x = lean_layer([self.pre_norm], self.conv1, x, self.lean)
-        x = lean_layer([self.norm1, self.act, self.conv2, self.norm2, self.act, self.drop],
-                       self.conv3, x, self.lean)
+        # backward keeps only x and recomputes everything that feeds conv3, conv1 included: its
+        # expanded output is the largest map of the block.
+        x = lean_layer([self.pre_norm, self.conv1, self.norm1, self.act, self.conv2, self.norm2,
+                        self.act, self.drop], self.conv3, x, self.lean)
         return self.drop(self.norm3(x))
 
 

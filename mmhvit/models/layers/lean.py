@@ -1,19 +1,22 @@
-"""Memory-lean training: element-wise work recomputed in backward instead of kept alive.
+"""Memory-lean training: what feeds a conv or linear layer recomputed in backward instead of kept.
 
-A conv or linear layer keeps its input for the gradient of its weight. When that input is the
-output of cheap work (a norm, an activation, a depthwise conv) on a tensor that autograd keeps
-anyway, ``layer(chain(x))`` needs only ``x``: :func:`lean_layer` computes it that way, keeping
-``x`` and recomputing ``chain(x)`` in backward. Outputs, gradients and BatchNorm running
-statistics are those of the plain modules; the backward of ``layer`` uses the kernels autograd
-would (:mod:`torch.nn.grad`), so ``layer``'s forward is not repeated.
+A conv or linear layer keeps its input for the gradient of its weight. When that input is made
+from a tensor that autograd keeps anyway by work that is cheap to repeat (a norm, an activation,
+a depthwise conv, or a projection whose output would be larger than its input: the expanding
+1x1 conv of an inverted residual, an MLP's fc1), ``layer(chain(x))`` needs only ``x``:
+:func:`lean_layer` computes it that way, keeping ``x`` and recomputing ``chain(x)`` in backward.
+Outputs, gradients and BatchNorm running statistics are those of the plain modules; the backward
+of ``layer`` uses the kernels autograd would (:mod:`torch.nn.grad`), so ``layer``'s forward is
+not repeated.
 
 It applies while training with gradients, to the modules it can recompute exactly
 (:func:`recomputable`: norms without state and BatchNorm, whose running statistics are updated
-once, in forward; activations; convs; dropout with p = 0). Anything else (SyncBN, a dropout that
-draws a mask) takes the plain path. The recompute reads the weights the forward was given (not
-the modules' attributes at backward time, which FSDP swaps) and replays the forward's autocast.
+once, in forward; activations; convs and linear layers; dropout with p = 0). Anything else
+(SyncBN, a dropout that draws a mask) takes the plain path. The recompute reads the weights the
+forward was given (not the modules' attributes at backward time, which FSDP swaps) and replays
+the forward's autocast.
 """
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -34,7 +37,7 @@ TO_CHANNELS_LAST = ChannelsLast()  # holds nothing: one instance serves every ca
 # Not SyncBatchNorm: its recompute would all-reduce again.
 RECOMPUTED_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 # LayerNorm2d is a LayerNorm.
-WEIGHTED = (*RECOMPUTED_BATCH_NORMS, nn.GroupNorm, nn.LayerNorm, nn.Conv2d)
+WEIGHTED = (*RECOMPUTED_BATCH_NORMS, nn.GroupNorm, nn.LayerNorm, nn.Conv2d, nn.Linear)
 WITHOUT_WEIGHTS = (nn.Identity, ChannelsLast, nn.SiLU, nn.GELU, nn.ReLU, nn.ReLU6, nn.Hardswish,
                    nn.Sigmoid, nn.Tanh)
 AUTOCAST_DEVICES = ('cpu', 'cuda')
@@ -74,9 +77,8 @@ def recompute_module(module: nn.Module, x: torch.Tensor, weight=None,
         return F.layer_norm(x, module.normalized_shape, weight, bias, module.eps)
     if isinstance(module, nn.GroupNorm):
         return F.group_norm(x, module.num_groups, weight, bias, module.eps)
-    if isinstance(module, nn.Conv2d):
-        return F.conv2d(x, weight, bias, module.stride, module.padding, module.dilation,
-                        module.groups)
+    if isinstance(module, (nn.Conv2d, nn.Linear)):
+        return _layer_forward(module, x, weight, bias)
     return module(x)
 
 
@@ -106,27 +108,36 @@ def lean_applies(modules: Sequence[Optional[nn.Module]], layer: nn.Module) -> bo
 
 
 def lean_layer(modules: Sequence[Optional[nn.Module]], layer: nn.Module, x: torch.Tensor,
-               lean: bool = True) -> torch.Tensor:
+               lean: bool = True, then: Optional[Callable] = None) -> torch.Tensor:
     """``layer(modules(x))`` (``modules`` in turn, None entries skipped, then a conv or linear
-    ``layer``), keeping only ``x`` for backward where :func:`lean_applies` (and ``lean``)."""
+    ``layer``), keeping only ``x`` for backward where :func:`lean_applies` (and ``lean``).
+
+    ``then`` (optional): a function of ``layer``'s output, ``then(layer(modules(x)))``, that is
+    recomputed in backward too (e.g. window attention on the projected tokens: what it would keep
+    is larger than ``x``). It must be deterministic and update no state.
+    """
     modules = [m for m in modules if m is not None]
-    if not (lean and lean_applies(modules, layer)) or all(
-            isinstance(m, (nn.Identity, ChannelsLast)) for m in modules):
+    if not (lean and lean_applies(modules, layer)) or (then is None and all(
+            isinstance(m, (nn.Identity, ChannelsLast)) for m in modules)):
         # (With nothing to recompute, ``layer`` keeps ``x`` anyway.)
-        return layer(run_chain(modules, x))
+        out = layer(run_chain(modules, x))
+        return out if then is None else then(out)
     weights = [w for m in modules for w in weights_of(m)]
-    return _LeanLayer.apply(x, modules, layer, layer.weight, layer.bias, *weights)
+    return _LeanLayer.apply(x, (modules, layer, then), layer.weight, layer.bias, *weights)
 
 
 class _LeanLayer(torch.autograd.Function):
-    """Inputs: ``x``, the chain's modules, the layer, its weight and bias, then the chain's
+    """Inputs: ``x``, ``(modules, layer, then)``, the layer's weight and bias, then the chain's
     weights and biases (inputs, so that autograd routes their gradients)."""
 
     @staticmethod
-    def forward(ctx, x, modules, layer, weight, bias, *weights):
+    def forward(ctx, x, segment, weight, bias, *weights):
+        modules, layer, then = segment
         with torch.no_grad():
             out = layer(run_chain(modules, x))
-        ctx.modules, ctx.layer, ctx.weights = modules, layer, (weight, bias, *weights)
+            if then is not None:
+                out = then(out)
+        ctx.segment, ctx.weights = segment, (weight, bias, *weights)
         ctx.autocast = [(device, torch.get_autocast_dtype(device))
                         for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
         ctx.save_for_backward(x)
@@ -135,23 +146,43 @@ class _LeanLayer(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         x, = ctx.saved_tensors
-        weight, bias, *weights = ctx.weights
+        modules, layer, then = ctx.segment
         needs = ctx.needs_input_grad
         leaf = x.detach().requires_grad_(needs[0])
         leaves = [None if w is None else w.detach().requires_grad_(need)
-                  for w, need in zip(weights, needs[5:])]
-        with torch.enable_grad(), _replayed_autocast(ctx.autocast):
-            hidden = run_chain(ctx.modules, leaf, leaves)
-        grad_hidden, grad_weight, grad_bias = _layer_grads(ctx.layer, hidden.detach(), grad_out,
-                                                           weight, bias, needs[3:5])
-        inputs = [t for t in (leaf, *leaves) if t is not None and t.requires_grad]
+                  for w, need in zip(ctx.weights, needs[2:])]
+        weight, bias, *weights = leaves
+        with torch.enable_grad(), replayed_autocast(ctx.autocast):
+            hidden = run_chain(modules, leaf, weights)
+            if then is not None:  # the layer and ``then`` recomputed, autograd's backward
+                out = then(_layer_forward(layer, hidden, weight, bias))
+        if then is None:  # the layer's gradients by hand: its output is not needed
+            grad_hidden, grad_weight, grad_bias = _layer_grads(layer, hidden.detach(), grad_out,
+                                                               weight, bias, needs[2:4])
+            out, grad_out = hidden, grad_hidden
+            leaves = [leaf, *weights]
+        else:
+            grad_weight = grad_bias = None
+            leaves = [leaf, *leaves]
+        inputs = [t for t in leaves if t is not None and t.requires_grad]
         grads = dict(zip(map(id, inputs), torch.autograd.grad(
-            hidden, inputs, grad_hidden, allow_unused=True))) if inputs else {}
-        return (grads.get(id(leaf)), None, None, grad_weight, grad_bias,
-                *(None if w is None else grads.get(id(w)) for w in leaves))
+            out, inputs, grad_out, allow_unused=True))) if inputs else {}
+        if then is not None:
+            grad_weight, grad_bias = (None if w is None else grads.get(id(w))
+                                      for w in (weight, bias))
+        return (grads.get(id(leaf)), None, grad_weight, grad_bias,
+                *(None if w is None else grads.get(id(w)) for w in weights))
 
 
-class _replayed_autocast:
+def _layer_forward(layer: nn.Module, hidden: torch.Tensor, weight, bias) -> torch.Tensor:
+    """``layer(hidden)`` with the given ``weight`` and ``bias``."""
+    if isinstance(layer, nn.Linear):
+        return F.linear(hidden, weight, bias)
+    return F.conv2d(hidden, weight, bias, layer.stride, layer.padding, layer.dilation,
+                    layer.groups)
+
+
+class replayed_autocast:
     """The autocast states ``[(device, dtype), ...]`` a forward ran under, entered again."""
 
     def __init__(self, states):

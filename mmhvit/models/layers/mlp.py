@@ -17,8 +17,9 @@ class Mlp(nn.Module):
         drop_rate (float): Dropout after the activation and after fc2.
 
     ``forward(x, pre_norm)`` normalises ``x`` first (the transformer layer's norm2). With ``lean``
-    (default), fc1's and fc2's inputs (the normalised tokens, the activations) are recomputed in
-    backward rather than kept (:func:`~mmhvit.models.layers.lean.lean_layer`).
+    (default), backward keeps only ``x`` and recomputes fc2's input from it, fc1 included: the
+    hidden tokens are the largest tensor of the layer
+    (:func:`~mmhvit.models.layers.lean.lean_layer`).
     """
 
     def __init__(self, embed_dims: int, hidden_dims: int, act_cfg: dict = dict(type='GELU'),
@@ -32,5 +33,5 @@ class Mlp(nn.Module):
         self.lean = True
 
     def forward(self, x: torch.Tensor, pre_norm: Optional[nn.Module] = None) -> torch.Tensor:
-        x = lean_layer([pre_norm], self.fc1, x, self.lean)
-        return self.drop2(lean_layer([self.act, self.drop1], self.fc2, x, self.lean))
+        return self.drop2(lean_layer([pre_norm, self.fc1, self.act, self.drop1], self.fc2, x,
+                                     self.lean))
