@@ -50,9 +50,11 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         with_cp (bool): Gradient checkpointing of every block (less memory, more time).
             Default: False.
         lean_backward (bool): Recompute in backward what feeds a conv or linear layer (norms,
-            activations, depthwise convs) and short attention's weights, instead of keeping them
-            (:mod:`mmhvit.models.layers.lean`; same numbers). Default: True.
-        recompute_attention (bool): Recompute long attention's weights too. Default: False.
+            activations, depthwise convs, expanding projections) and the attention weights of
+            windows and words, instead of keeping them (:mod:`mmhvit.models.layers.lean`; same
+            numbers). Default: True.
+        recompute_attention (bool): With ``lean_backward``, recompute the weights of long
+            matmul attention too (PyramidTNT's biased attention over pooled keys). Default: True.
         pretrained (str, optional): Deprecated, use ``init_cfg``.
         init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are
@@ -81,7 +83,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  lean_backward: bool = True,
-                 recompute_attention: bool = False,
+                 recompute_attention: bool = True,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=self._init_cfg_with_pretrained(pretrained, init_cfg))

@@ -1,12 +1,11 @@
 """Matmul attention that keeps no attention weights for backward.
 
 ``softmax(q k^T * scale + bias, masked) @ v`` whose backward recomputes the weights from ``q``,
-``k``, the bias and each query's log-sum-exp of the logits (what SDPA's fused kernels keep), a
-few query rows at a time, so that neither pass holds all (queries x keys) weights of every head
-at once. The backward is the softmax attention gradient written out (one more ``q k^T`` than
-autograd's), not a second forward: with ``dP = dO V^T``, ``dV = P^T dO``,
-``dS = P * (dP - rowsum(P * dP))``, ``dQ = dS K * scale``, ``dK = dS^T Q * scale``, and the
-bias's gradient ``dS`` summed to its shape.
+``k`` and the bias, a few query rows at a time, so that neither pass holds all (queries x keys)
+weights of every head at once (it keeps the output, as they do). The backward is the softmax
+attention gradient written out (one more ``q k^T`` than autograd's), not a second forward: with
+``dP = dO V^T``, ``dV = P^T dO``, ``dS = P * (dP - rowsum(dO * O))``, ``dQ = dS K * scale``,
+``dK = dS^T Q * scale``, and the bias's gradient ``dS`` summed to its shape.
 """
 from typing import Iterator, Optional, Tuple
 
@@ -41,60 +40,57 @@ def _rows(t: Optional[torch.Tensor], start: int, end: int) -> Optional[torch.Ten
     return t[..., start:end, :]
 
 
-def _logits(q, k, bias, mask, scale):
-    """The logits as the plain matmul kernel makes them (``_matmul_attention``)."""
+def _weights(q, k, bias, mask, scale):
+    """The attention weights as the plain matmul kernel makes them (``_matmul_attention``):
+    the same operations, so a recompute gives the forward's numbers exactly."""
     logits = (q * scale) @ k.transpose(-2, -1)
     if bias is not None:
-        logits = logits + bias
+        logits += bias
     if mask is not None:
-        logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
-    return logits
+        logits.masked_fill_(~mask, torch.finfo(logits.dtype).min)
+    return logits.softmax(dim=-1)
 
 
 class _RecomputedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, mask, scale):
-        outs, lses = [], []
-        for start, end in _row_chunks(q, k.shape[-2]):
-            logits = _logits(q[..., start:end, :], k, _rows(bias, start, end),
-                             _rows(mask, start, end), scale)
-            outs.append(logits.softmax(dim=-1) @ v)
-            lses.append(logits.to(torch.promote_types(logits.dtype, torch.float32)).logsumexp(
-                dim=-1, keepdim=True))
-        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
-        lse = torch.cat(lses, dim=-2) if len(lses) > 1 else lses[0]
+        outs = [_weights(q[..., start:end, :], k, _rows(bias, start, end), _rows(mask, start, end),
+                         scale) @ v
+                for start, end in _row_chunks(q, k.shape[-2])]
         ctx.scale = scale
         ctx.autocast = [(device, torch.get_autocast_dtype(device))
                         for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
-        ctx.save_for_backward(q, k, v, bias, mask, lse)
+        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+        ctx.save_for_backward(q, k, v, bias, mask, out)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, bias, mask, lse = ctx.saved_tensors
+        q, k, v, bias, mask, out = ctx.saved_tensors
         scale, needs = ctx.scale, ctx.needs_input_grad
         acc = torch.promote_types(grad_out.dtype, torch.float32)  # what the sums run in
-        grad_out, q32, k32, v32 = (t.to(acc) for t in (grad_out, q, k, v))
-        grad_q = torch.empty_like(q32) if needs[0] else None
-        grad_k, grad_v = torch.zeros_like(k32), torch.zeros_like(v32)
-        grad_bias = torch.zeros_like(bias, dtype=acc) if needs[3] else None
+        grad_out, q_acc, k_acc, v_acc = (t.to(acc) for t in (grad_out, q, k, v))
+        grad_q = torch.empty_like(q_acc) if needs[0] else None
+        grad_k, grad_v = torch.zeros_like(k_acc), torch.zeros_like(v_acc)
+        grad_bias = None
+        if needs[3]:  # every element written once when the bias has a query axis
+            rows_axis = bias.dim() >= 2 and bias.shape[-2] != 1
+            grad_bias = (torch.empty_like if rows_axis else torch.zeros_like)(bias, dtype=acc)
+        # rowsum(P * dP) = rowsum(dO * O): what the softmax's backward subtracts, per query
+        row_dots = (grad_out * out.to(acc)).sum(-1, keepdim=True)
         for start, end in _row_chunks(q, k.shape[-2]):
             rows = slice(start, end)
-            with replayed_autocast(ctx.autocast):  # the logits as the forward made them
-                logits = _logits(q[..., rows, :], k, _rows(bias, start, end),
-                                 _rows(mask, start, end), scale)
-            weights = logits.to(acc).sub_(lse[..., rows, :]).exp_()
-            del logits
+            with replayed_autocast(ctx.autocast):  # the weights as the forward made them
+                weights = _weights(q[..., rows, :], k, _rows(bias, start, end),
+                                   _rows(mask, start, end), scale).to(acc)
             grad_v += weights.transpose(-2, -1) @ grad_out[..., rows, :]
-            grad_weights = grad_out[..., rows, :] @ v32.transpose(-2, -1)
-            # the softmax's backward: P * (dP - rowsum(P * dP))
-            grad_logits = grad_weights.sub_((grad_weights * weights).sum(-1, keepdim=True)).mul_(
-                weights)
+            grad_weights = grad_out[..., rows, :] @ v_acc.transpose(-2, -1)
+            grad_logits = grad_weights.sub_(row_dots[..., rows, :]).mul_(weights)  # softmax's
             del weights
-            grad_k += (grad_logits.transpose(-2, -1) @ q32[..., rows, :]).mul_(scale)
+            grad_k += (grad_logits.transpose(-2, -1) @ q_acc[..., rows, :]).mul_(scale)
             if grad_q is not None:
-                grad_q[..., rows, :] = (grad_logits @ k32).mul_(scale)
+                grad_q[..., rows, :] = (grad_logits @ k_acc).mul_(scale)
             if grad_bias is not None:
                 _add_bias_grad(grad_bias, grad_logits, start, end)
         return (None if grad_q is None else grad_q.to(q.dtype),
@@ -105,9 +101,10 @@ class _RecomputedAttention(torch.autograd.Function):
 
 def _add_bias_grad(grad_bias: torch.Tensor, grad_logits: torch.Tensor, start: int,
                    end: int) -> None:
-    """Adds the logits' gradient of query rows ``start:end``, summed to the bias's shape."""
+    """The logits' gradient of query rows ``start:end``, summed to the bias's shape: written
+    into its rows (a bias with a query axis) or added (one without)."""
     if grad_bias.dim() >= 2 and grad_bias.shape[-2] != 1:
         target = grad_bias[..., start:end, :]
-        target += grad_logits.sum_to_size(target.shape)
+        target.copy_(grad_logits.sum_to_size(target.shape))
     else:
         grad_bias += grad_logits.sum_to_size(grad_bias.shape)
