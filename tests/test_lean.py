@@ -144,9 +144,16 @@ def test_lean_layer_never_overwrites_the_input_it_keeps():
     torch.testing.assert_close(x.grad, expected)
 
 
-@pytest.mark.parametrize('name, extra', [*((name, {}) for name in sorted(FAMILIES)),
-                                         ('PyramidTNT', dict(recompute_attention=False))])
-def test_every_family_gives_the_same_outputs_and_gradients_lean_or_not(name, extra):
+@pytest.mark.parametrize('name, extra, row_chunk', [
+    *((name, {}, None) for name in sorted(FAMILIES)),
+    ('PyramidTNT', dict(recompute_attention=False), None),
+    # the long attention a grid row of queries at a time, its bias rows made with them
+    ('PyramidTNT', {}, 1)])
+def test_every_family_gives_the_same_outputs_and_gradients_lean_or_not(name, extra, row_chunk,
+                                                                       monkeypatch):
+    from mmhvit.models.layers import recomputed_attention
+    if row_chunk:
+        monkeypatch.setattr(recomputed_attention, 'ROW_CHUNK_ELEMENTS', row_chunk)
     torch.manual_seed(0)
     model = build_tiny(name, **extra).double().train()
     plain = build_tiny(name, lean_backward=False)

@@ -49,12 +49,10 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         norm_eval (bool): Keep BatchNorm layers in eval mode while training. Default: False.
         with_cp (bool): Gradient checkpointing of every block (less memory, more time).
             Default: False.
-        lean_backward (bool): Recompute in backward what feeds a conv or linear layer (norms,
-            activations, depthwise convs, expanding projections) and the attention weights of
-            windows and words, instead of keeping them (:mod:`mmhvit.models.layers.lean`; same
-            numbers). Default: True.
-        recompute_attention (bool): With ``lean_backward``, recompute the weights of long
-            matmul attention too (PyramidTNT's biased attention over pooled keys). Default: True.
+        lean_backward (bool): Recompute in backward what feeds a conv or linear layer and the
+            attention weights, instead of keeping them (:mod:`mmhvit.models.layers.lean`; the
+            same numbers). Default: True.
+        recompute_attention (bool): With it, long attention's too (PyramidTNT's). Default: True.
         pretrained (str, optional): Deprecated, use ``init_cfg``.
         init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from .export import is_exporting
+from .pos_embed import AttnBiasRows
 from .recomputed_attention import recomputed_attention
 
 ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
@@ -62,9 +63,11 @@ def multihead_attention(q: torch.Tensor,
             with an additive finite mask, the form ONNX runtimes and MMDeploy rewrites handle;
             under :func:`export_attention_chunk`, an ONNX ``Loop`` over query chunks where the
             queries outnumber the chunk.
-        attn_bias (Tensor, optional): A float bias added to the logits, broadcastable to
-            (B, heads, Nq, Nk): a learned position bias (PyramidTNT's ``relative_pos``). It
-            takes the logits' dtype (the projections' under autocast).
+        attn_bias (Tensor | AttnBiasRows, optional): A float bias added to the logits,
+            broadcastable to (B, heads, Nq, Nk): a learned position bias (PyramidTNT's
+            ``relative_pos``). It takes the logits' dtype (the projections' under autocast).
+            :class:`AttnBiasRows`: made a few query rows at a time where the weights are
+            recomputed (``recompute``), whole elsewhere.
         recompute (bool): Where the matmul kernel runs with gradients on at most
             ``CPU_SHORT_SEQUENCE`` keys (windows, TNT's words), keep only its inputs for backward
             and recompute the attention weights there (what SDPA's fused kernels do), instead of
@@ -83,23 +86,37 @@ def multihead_attention(q: torch.Tensor,
         groups = key_mask.shape[0]
         attn_mask = key_mask[:, None, None, :].repeat(q.shape[0] // groups, 1, 1, 1)
     q, k, v = (split_heads(t, num_heads) for t in (q, k, v))
-    if attn_bias is not None:
+    return merge_heads(_heads_attention(q, k, v, attn_mask, scale, dropout_p, kernel,
+                                        attn_bias, recompute, recompute_long))
+
+
+def _heads_attention(q, k, v, attn_mask, scale, dropout_p, kernel, attn_bias, recompute,
+                     recompute_long):
+    """:func:`multihead_attention` of (B, heads, N, D) tensors: the path and kernel chosen."""
+    if isinstance(attn_bias, torch.Tensor):
         attn_bias = attn_bias.to(q.dtype)
     if is_exporting():
-        return merge_heads(_export_attention(q, k, v, attn_mask, scale, attn_bias))
+        if isinstance(attn_bias, AttnBiasRows):
+            attn_bias = attn_bias.whole().to(q.dtype)
+        return _export_attention(q, k, v, attn_mask, scale, attn_bias)
+    # The tensor a bias is made from: itself, or the table of rows made chunk by chunk
+    bias_source = attn_bias.table if isinstance(attn_bias, AttnBiasRows) else attn_bias
     if kernel == 'auto':
-        kernel = auto_kernel(q, k, attn_bias)
+        kernel = auto_kernel(q, k, bias_source)
     recompute = recompute and (recompute_long or k.shape[-2] <= CPU_SHORT_SEQUENCE)
-    return merge_heads(_run_kernel(kernel, q, k, v, attn_mask, scale, dropout_p, attn_bias,
-                                   recompute))
+    recompute = kernel == 'matmul' and recompute and torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, bias_source))
+    if recompute and dropout_p == 0:
+        return recomputed_attention(q, k, v, attn_mask, scale, attn_bias)
+    if isinstance(attn_bias, AttnBiasRows):  # every other kernel takes the whole bias
+        attn_bias = attn_bias.whole().to(q.dtype)
+    return _run_kernel(kernel, q, k, v, attn_mask, scale, dropout_p, attn_bias, recompute)
 
 
 def _run_kernel(kernel, q, k, v, attn_mask, scale, dropout_p, attn_bias, recompute):
-    """Attention of (B, heads, N, D) tensors by ``kernel`` (see :func:`multihead_attention`)."""
-    if kernel == 'matmul' and recompute and torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (q, k, v, attn_bias)):
-        if dropout_p == 0:
-            return recomputed_attention(q, k, v, attn_mask, scale, attn_bias)
+    """Attention of (B, heads, N, D) tensors by ``kernel`` (see :func:`multihead_attention`);
+    ``recompute``: the matmul kernel's, with dropout, under checkpoint."""
+    if recompute:
         # The dropout mask is drawn again from the same random state (checkpoint restores it).
         return checkpoint(_matmul_attention, q, k, v, attn_mask, scale, dropout_p, attn_bias,
                           use_reentrant=False)

@@ -1,4 +1,4 @@
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -104,11 +104,25 @@ class AttnBiasRows:
             bicubic_matrix(n_in, n_out, bias.dtype, bias.device)
             for n_in, n_out in zip(query_grid, new_query_grid))
         self.width = new_query_grid[1]
+        self.num_queries = self.row_matrix.shape[0] * self.width
         self.step = max(1, max_queries // self.width)
 
     def __iter__(self):
-        for top in range(0, self.row_matrix.shape[0], self.step):
-            rows = self.row_matrix[top:top + self.step]
-            chunk = rows @ self.table @ self.col_matrix.transpose(0, 1)  # (heads, nk, r, W)
-            chunk = chunk.flatten(2).transpose(1, 2).contiguous()[None]
-            yield top * self.width, (top + rows.shape[0]) * self.width, chunk
+        grid_rows = self.row_matrix.shape[0]
+        for top in range(0, grid_rows, self.step):
+            start, end = top * self.width, min(top + self.step, grid_rows) * self.width
+            yield start, end, self.query_rows(start, end)
+
+    def query_rows(self, start: int, end: int, table: Optional[torch.Tensor] = None
+                   ) -> torch.Tensor:
+        """(1, heads, end - start, keys): the bias of the queries ``start:end``, whole grid rows
+        (multiples of ``width``, or the end), made from ``table`` (default: ``self.table``; a
+        backward passes its own leaf)."""
+        table = self.table if table is None else table
+        rows = self.row_matrix[start // self.width:-(-end // self.width)]
+        chunk = rows @ table @ self.col_matrix.transpose(0, 1)  # (heads, nk, r, W)
+        return chunk.flatten(2).transpose(1, 2).contiguous()[None]
+
+    def whole(self) -> torch.Tensor:
+        """The whole (1, heads, queries, keys) bias."""
+        return self.query_rows(0, self.num_queries)

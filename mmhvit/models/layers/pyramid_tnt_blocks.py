@@ -169,14 +169,18 @@ class PyramidTNTStage(BackboneStage):
         self.norm, self.out_proj = norm, out_proj
         self.bias_chunk_size = bias_chunk_size
 
-    def attn_bias(self, grid: Tuple[int, int]):
-        """``relative_pos`` for a sentence grid: the tensor, or its rows in chunks."""
+    def attn_bias(self, grid: Tuple[int, int], device: Optional[torch.device] = None):
+        """``relative_pos`` for a sentence grid: the tensor, or its rows in chunks; made with the
+        queries where the attention weights are recomputed in backward (on ``device``), so that
+        the whole bias and its gradient never exist."""
         key_grid = tuple(ceil_div(n, self.sr_ratio) for n in grid)
-        if self.bias_chunk_size and not is_exporting() and \
-                grid[0] * grid[1] > self.bias_chunk_size:
+        chunked = self.bias_chunk_size and grid[0] * grid[1] > self.bias_chunk_size
+        recomputed = device is not None and \
+            self.blocks[0].outer.attn.recomputes_long_attention(device)
+        if not is_exporting() and (chunked or recomputed):
             return AttnBiasRows(self.relative_pos, self.pos_grid, self.key_grid,
                                 new_query_grid=grid, new_key_grid=key_grid,
-                                max_queries=self.bias_chunk_size)
+                                max_queries=self.bias_chunk_size or grid[0] * grid[1])
         return resize_attn_bias(self.relative_pos, self.pos_grid, self.key_grid, grid, key_grid)
 
     def forward(self, words: torch.Tensor, sentences: torch.Tensor, grid: Tuple[int, int]
@@ -186,7 +190,7 @@ class PyramidTNTStage(BackboneStage):
         if self.sentence_merge is not None:
             words = self.word_merge(words, grid)  # on the old grid
             sentences, grid = self.sentence_merge(sentences, grid)
-        bias = self.attn_bias(grid)
+        bias = self.attn_bias(grid, sentences.device)
         for block in self.blocks:
             words, sentences = self.run_block(block, words, sentences, grid, bias)
         return words, sentences, grid

@@ -7,11 +7,12 @@ attention gradient written out (one more ``q k^T`` than autograd's), not a secon
 ``dP = dO V^T``, ``dV = P^T dO``, ``dS = P * (dP - rowsum(dO * O))``, ``dQ = dS K * scale``,
 ``dK = dS^T Q * scale``, and the bias's gradient ``dS`` summed to its shape.
 """
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, Optional, Tuple, Union
 
 import torch
 
 from .lean import AUTOCAST_DEVICES, replayed_autocast
+from .pos_embed import AttnBiasRows
 
 # Elements of (batch x heads x query rows x keys) weights made at a time.
 ROW_CHUNK_ELEMENTS = 1 << 23
@@ -19,16 +20,23 @@ ROW_CHUNK_ELEMENTS = 1 << 23
 
 def recomputed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          attn_mask: Optional[torch.Tensor], scale: Optional[float],
-                         attn_bias: Optional[torch.Tensor]) -> torch.Tensor:
+                         attn_bias: Union[torch.Tensor, AttnBiasRows, None]) -> torch.Tensor:
     """Attention of (B, heads, N, D) tensors; ``attn_mask`` bool, True for keys to attend,
-    broadcastable to (B, heads, N, keys); ``attn_bias`` float, broadcastable to the same."""
+    broadcastable to (B, heads, N, keys); ``attn_bias`` float, broadcastable to the same, or an
+    :class:`AttnBiasRows` whose rows are made with each chunk's queries (in both passes: the
+    whole bias never exists, and its gradient goes to the small table it is made from)."""
     scale = q.shape[-1]**-0.5 if scale is None else scale
-    return _RecomputedAttention.apply(q, k, v, attn_bias, attn_mask, scale)
+    if isinstance(attn_bias, AttnBiasRows):
+        return _RecomputedAttention.apply(q, k, v, attn_bias.table, attn_mask, scale, attn_bias)
+    return _RecomputedAttention.apply(q, k, v, attn_bias, attn_mask, scale, None)
 
 
-def _row_chunks(q: torch.Tensor, keys: int) -> Iterator[Tuple[int, int]]:
-    per_row = max(1, q.shape[0] * q.shape[1] * keys)
-    step = max(1, ROW_CHUNK_ELEMENTS // per_row)
+def _row_chunks(q: torch.Tensor, keys: int, bias_rows: Optional[AttnBiasRows]
+                ) -> Iterator[Tuple[int, int]]:
+    """Query ranges of about ``ROW_CHUNK_ELEMENTS`` weights (whole grid rows for ``bias_rows``)."""
+    multiple = 1 if bias_rows is None else bias_rows.width
+    per_row = max(1, q.shape[0] * q.shape[1] * keys * multiple)
+    step = max(1, ROW_CHUNK_ELEMENTS // per_row) * multiple
     for start in range(0, q.shape[-2], step):
         yield start, min(start + step, q.shape[-2])
 
@@ -38,6 +46,14 @@ def _rows(t: Optional[torch.Tensor], start: int, end: int) -> Optional[torch.Ten
     if t is None or t.dim() < 2 or t.shape[-2] == 1:
         return t
     return t[..., start:end, :]
+
+
+def _bias(bias, bias_rows, start, end, dtype):
+    """The bias of the queries ``start:end``: rows of the tensor, or made by ``bias_rows`` from
+    its table ``bias``."""
+    if bias_rows is None:
+        return _rows(bias, start, end)
+    return bias_rows.query_rows(start, end, table=bias).to(dtype)
 
 
 def _weights(q, k, bias, mask, scale):
@@ -54,35 +70,36 @@ def _weights(q, k, bias, mask, scale):
 class _RecomputedAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, bias, mask, scale):
-        outs = [_weights(q[..., start:end, :], k, _rows(bias, start, end), _rows(mask, start, end),
-                         scale) @ v
-                for start, end in _row_chunks(q, k.shape[-2])]
-        ctx.scale = scale
+    def forward(ctx, q, k, v, bias, mask, scale, bias_rows):
+        outs = [_weights(q[..., start:end, :], k, _bias(bias, bias_rows, start, end, q.dtype),
+                         _rows(mask, start, end), scale) @ v
+                for start, end in _row_chunks(q, k.shape[-2], bias_rows)]
+        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+        ctx.scale, ctx.bias_rows = scale, bias_rows
         ctx.autocast = [(device, torch.get_autocast_dtype(device))
                         for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
-        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
         ctx.save_for_backward(q, k, v, bias, mask, out)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, bias, mask, out = ctx.saved_tensors
-        scale, needs = ctx.scale, ctx.needs_input_grad
+        scale, needs, bias_rows = ctx.scale, ctx.needs_input_grad, ctx.bias_rows
         acc = torch.promote_types(grad_out.dtype, torch.float32)  # what the sums run in
         grad_out, q_acc, k_acc, v_acc = (t.to(acc) for t in (grad_out, q, k, v))
         grad_q = torch.empty_like(q_acc) if needs[0] else None
         grad_k, grad_v = torch.zeros_like(k_acc), torch.zeros_like(v_acc)
-        grad_bias = None
-        if needs[3]:  # every element written once when the bias has a query axis
-            rows_axis = bias.dim() >= 2 and bias.shape[-2] != 1
-            grad_bias = (torch.empty_like if rows_axis else torch.zeros_like)(bias, dtype=acc)
+        grad_bias = _BiasGrad(bias, bias_rows, acc) if needs[3] else None
         # rowsum(P * dP) = rowsum(dO * O): what the softmax's backward subtracts, per query
         row_dots = (grad_out * out.to(acc)).sum(-1, keepdim=True)
-        for start, end in _row_chunks(q, k.shape[-2]):
+        for start, end in _row_chunks(q, k.shape[-2], bias_rows):
             rows = slice(start, end)
             with replayed_autocast(ctx.autocast):  # the weights as the forward made them
-                weights = _weights(q[..., rows, :], k, _rows(bias, start, end),
+                if grad_bias is not None:
+                    chunk_bias = grad_bias.rows(start, end, q.dtype)
+                else:
+                    chunk_bias = _bias(bias, bias_rows, start, end, q.dtype)
+                weights = _weights(q[..., rows, :], k, _detached(chunk_bias),
                                    _rows(mask, start, end), scale).to(acc)
             grad_v += weights.transpose(-2, -1) @ grad_out[..., rows, :]
             grad_weights = grad_out[..., rows, :] @ v_acc.transpose(-2, -1)
@@ -92,19 +109,48 @@ class _RecomputedAttention(torch.autograd.Function):
             if grad_q is not None:
                 grad_q[..., rows, :] = (grad_logits @ k_acc).mul_(scale)
             if grad_bias is not None:
-                _add_bias_grad(grad_bias, grad_logits, start, end)
+                grad_bias.add(chunk_bias, grad_logits, start, end)
         return (None if grad_q is None else grad_q.to(q.dtype),
                 grad_k.to(k.dtype) if needs[1] else None,
                 grad_v.to(v.dtype) if needs[2] else None,
-                None if grad_bias is None else grad_bias.to(bias.dtype), None, None)
+                None if grad_bias is None else grad_bias.result(), None, None, None)
 
 
-def _add_bias_grad(grad_bias: torch.Tensor, grad_logits: torch.Tensor, start: int,
-                   end: int) -> None:
-    """The logits' gradient of query rows ``start:end``, summed to the bias's shape: written
-    into its rows (a bias with a query axis) or added (one without)."""
-    if grad_bias.dim() >= 2 and grad_bias.shape[-2] != 1:
-        target = grad_bias[..., start:end, :]
-        target.copy_(grad_logits.sum_to_size(target.shape))
-    else:
-        grad_bias += grad_logits.sum_to_size(grad_bias.shape)
+def _detached(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if t is None else t.detach()
+
+
+class _BiasGrad:
+    """The bias's gradient, built chunk by chunk: into a tensor of the bias's shape, or, for
+    :class:`AttnBiasRows`, through each chunk's rows back to the table they were made from."""
+
+    def __init__(self, bias: torch.Tensor, bias_rows: Optional[AttnBiasRows], acc):
+        self.bias, self.bias_rows = bias, bias_rows
+        if bias_rows is not None:
+            self.table = bias.detach().requires_grad_()
+            self.grad = torch.zeros_like(bias, dtype=acc)
+        else:  # every element written once when the bias has a query axis
+            self.has_rows = bias.dim() >= 2 and bias.shape[-2] != 1
+            self.grad = (torch.empty_like if self.has_rows else torch.zeros_like)(bias, dtype=acc)
+
+    def rows(self, start: int, end: int, dtype) -> torch.Tensor:
+        """The bias of queries ``start:end``, with a graph to the table for :meth:`add`."""
+        if self.bias_rows is None:
+            return _rows(self.bias, start, end)
+        with torch.enable_grad():
+            return self.bias_rows.query_rows(start, end, table=self.table).to(dtype)
+
+    def add(self, chunk_bias: torch.Tensor, grad_logits: torch.Tensor, start: int, end: int):
+        if self.bias_rows is not None:
+            grad_rows = grad_logits.sum_to_size(chunk_bias.shape).to(chunk_bias.dtype)
+            self.grad += torch.autograd.grad(chunk_bias, self.table, grad_rows)[0]
+        elif self.has_rows:
+            target = self.grad[..., start:end, :]
+            target.copy_(grad_logits.sum_to_size(target.shape))
+        else:
+            self.grad += grad_logits.sum_to_size(self.grad.shape)
+
+    def result(self) -> torch.Tensor:
+        return self.grad.to(self.bias.dtype)
+
+

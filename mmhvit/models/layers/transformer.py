@@ -210,12 +210,19 @@ class ReducedAttention(nn.Module):
             kv = project(self.kv)
         k, v = kv.chunk(2, dim=-1)
         q = project(self.q)
-        if isinstance(attn_bias, AttnBiasRows):
+        if isinstance(attn_bias, AttnBiasRows) and not self.recomputes_long_attention(x.device):
             out = torch.cat([self._attend(q[:, start:end], k, v, key_mask, bias)
                              for start, end, bias in attn_bias], dim=1)
-        else:
+        else:  # (recomputed attention makes the rows of an AttnBiasRows chunk by chunk itself)
             out = self._attend(q, k, v, key_mask, attn_bias)
         return self.proj_drop(self.proj(out))
+
+    def recomputes_long_attention(self, device: torch.device) -> bool:
+        """Whether a forward on ``device`` recomputes the weights of this (long, biased)
+        attention in backward: the matmul kernel's, which ``'auto'`` takes on the CPU."""
+        kernel = self.attn_kernel
+        return (self.lean and self.recompute_long_attention and torch.is_grad_enabled()
+                and (kernel == 'matmul' or kernel == 'auto' and device.type == 'cpu'))
 
     def _attend(self, q, k, v, key_mask, bias):
         return multihead_attention(q, k, v, self.num_heads, key_mask=key_mask, attn_bias=bias,
