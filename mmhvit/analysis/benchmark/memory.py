@@ -1,8 +1,8 @@
 """What a detector's training step keeps for backward, technique by technique
-(``--sections memory``): each of our backbones plain (``lean_backward=False``), memory-lean with
-the long attention's weights kept (``recompute_attention=False``), memory-lean (the default) and
-memory-lean with gradient checkpointing, against MMDetection's Swin-T with and without
-checkpointing; CPU, fp32, random weights."""
+(``--sections memory``): each of our backbones plain (``lean_backward=False``), memory-lean as
+its COCO config sets it (and with the long attention's weights kept, ``recompute_attention=False``,
+where the config recomputes them), and memory-lean with gradient checkpointing, against
+MMDetection's Swin-T with and without checkpointing; CPU, fp32, random weights."""
 import statistics
 from typing import Dict, List, Optional, Tuple
 
@@ -22,6 +22,7 @@ from .detection import (
     OURS,
     build_detector,
     counting_backbone_saves,
+    detector_config,
     detector_steps,
     selected_backbones,
     synthetic_batch,
@@ -35,8 +36,12 @@ OUR_VARIANTS = (('plain', dict(lean_backward=False), True),
 BASELINE_VARIANTS = (('plain', {}, True), ('with_cp', dict(with_cp=True), False))
 
 
-def variants(name: str) -> Tuple[Tuple[str, dict, bool], ...]:
-    return OUR_VARIANTS if name in OURS else BASELINE_VARIANTS
+def variants(algo: str, name: str) -> Tuple[Tuple[str, dict, bool], ...]:
+    """The rows of a backbone ("long attention kept" only where its config recomputes it)."""
+    if name not in OURS:
+        return BASELINE_VARIANTS
+    recomputes = detector_config(algo, name).model.backbone.get('recompute_attention', False)
+    return tuple(v for v in OUR_VARIANTS if recomputes or v[0] != 'lean, long attention kept')
 
 
 def saved_and_peak(algo: str, name: str, overrides: dict, batch: int, size: str) -> dict:
@@ -60,7 +65,7 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
     step times of the timed variants, all round-robin."""
     rows = {}
     for name in selected_backbones(args):
-        for variant, overrides, _ in variants(name):
+        for variant, overrides, _ in variants(algo, name):
             log(f'memory: {algo} {name} {variant}, batch {batch} (fresh process)')
             try:
                 rows[name, variant] = in_fresh_process(saved_and_peak, algo, name, overrides,
@@ -70,7 +75,7 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
                 log(f'memory: {algo} {name} {variant}: {error}')
                 rows[name, variant] = dict(peak=None, saved=None)
     timed = [(name, variant, overrides) for name in selected_backbones(args)
-             for variant, overrides, timed in variants(name) if timed]
+             for variant, overrides, timed in variants(algo, name) if timed]
     height, width = (int(v) for v in args.det_size.split('x'))
     steps = []
     for name, variant, overrides in timed:
@@ -152,13 +157,14 @@ def section_memory(args) -> List[str]:
     lines = [
         f'## Memory kept for backward, technique by technique (CPU, fp32, {height}x{width})', '',
         'The COCO configs of the detection section with random weights, one row per backbone '
-        'and variant: "plain" is `lean_backward=False`; "lean" the default: what feeds a conv '
-        'or linear layer (norms, activations, depthwise convs, the expanding 1x1 conv of an '
-        'inverted residual, an MLP\'s fc1, H-MHSA\'s qkv projection with its window attention) '
-        'and the attention weights of the matmul kernel recomputed in backward '
-        '(`mmhvit/models/layers/lean.py`, `recomputed_attention.py`); "long attention kept" is '
-        '`recompute_attention=False` (the weights of long attention, PyramidTNT\'s biased '
-        'attention, kept); "with_cp" adds '
+        'and variant: "plain" is `lean_backward=False`; "lean" the config as shipped '
+        '(`lean_backward=True`, the default: what feeds a conv or linear layer (norms, '
+        'activations, depthwise convs, the expanding 1x1 conv of an inverted residual, an '
+        'MLP\'s fc1, H-MHSA\'s qkv projection with its window attention) and the attention '
+        'weights of windows and words recomputed in backward: `mmhvit/models/layers/lean.py`, '
+        '`recomputed_attention.py`; PyramidTNT\'s configs add `recompute_attention=True`, its '
+        'long biased attention recomputed too, the bias rows made a query chunk at a time); '
+        '"long attention kept" is that config with `recompute_attention=False`; "with_cp" adds '
         'gradient checkpointing of every block. Saved for backward: the distinct '
         'tensor storages the backbone\'s forward keeps for backward in a training step. Training '
         'peak: the resident-set peak (VmHWM) of two training steps in a fresh process above its '

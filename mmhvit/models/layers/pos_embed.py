@@ -86,23 +86,24 @@ class AttnBiasRows:
     """:func:`resize_attn_bias` made a few rows of the new query grid at a time, so that the whole
     (queries x keys) bias never exists at once: iterating gives ``(start, end, bias)`` with
     ``bias`` (1, heads, end - start, keys) for the queries ``start:end`` (whole grid rows, at
-    most ``max_queries`` unless one row is longer).
+    most ``max_queries`` unless one row is longer); :meth:`query_rows` makes any such range.
 
-    The key axes are resized first, for every query of the learned grid (a table of h * w x new
-    keys), then each chunk's query rows by the bicubic matrices of :func:`bicubic_matrix`: the
-    same numbers as :func:`resize_attn_bias` up to rounding.
+    Each chunk is resized in :func:`resize_attn_bias`'s order, by the bicubic matrices of
+    :func:`bicubic_matrix`: its query rows, its query columns, then the key axes (the learned
+    table has few keys, so resizing the queries first is the cheaper order): the same numbers up
+    to rounding.
     """
 
     def __init__(self, bias: torch.Tensor, query_grid: Tuple[int, int],
                  key_grid: Tuple[int, int], new_query_grid: Tuple[int, int],
                  new_key_grid: Tuple[int, int], max_queries: int):
         heads = bias.shape[1]
-        rows, cols = query_grid
-        table = resize_pos_map(bias.reshape(1, heads * rows * cols, *key_grid), new_key_grid)
-        self.table = table.reshape(heads, rows, cols, -1).permute(0, 3, 1, 2)  # (heads, nk, h, w)
-        self.row_matrix, self.col_matrix = (
+        self.key_grid = tuple(key_grid)
+        self.cols = query_grid[1]
+        self.table = bias.reshape(heads, query_grid[0], -1)  # (heads, h, w * keys)
+        self.row_matrix, self.col_matrix, self.key_row_matrix, self.key_col_matrix = (
             bicubic_matrix(n_in, n_out, bias.dtype, bias.device)
-            for n_in, n_out in zip(query_grid, new_query_grid))
+            for n_in, n_out in zip((*query_grid, *key_grid), (*new_query_grid, *new_key_grid)))
         self.width = new_query_grid[1]
         self.num_queries = self.row_matrix.shape[0] * self.width
         self.step = max(1, max_queries // self.width)
@@ -116,12 +117,15 @@ class AttnBiasRows:
     def query_rows(self, start: int, end: int, table: Optional[torch.Tensor] = None
                    ) -> torch.Tensor:
         """(1, heads, end - start, keys): the bias of the queries ``start:end``, whole grid rows
-        (multiples of ``width``, or the end), made from ``table`` (default: ``self.table``; a
-        backward passes its own leaf)."""
+        (multiples of ``width``, or the end), made from ``table`` (default: ``self.table``, the
+        learned bias as (heads, h, w * keys); a backward passes its own leaf)."""
         table = self.table if table is None else table
+        heads = table.shape[0]
         rows = self.row_matrix[start // self.width:-(-end // self.width)]
-        chunk = rows @ table @ self.col_matrix.transpose(0, 1)  # (heads, nk, r, W)
-        return chunk.flatten(2).transpose(1, 2).contiguous()[None]
+        x = (rows @ table).reshape(heads, rows.shape[0], self.cols, -1)  # (heads, r, w, keys)
+        x = (self.col_matrix @ x).reshape(heads, -1, *self.key_grid)  # (heads, r * W, hk, wk)
+        x = self.key_row_matrix @ x @ self.key_col_matrix.transpose(0, 1)
+        return x.reshape(1, heads, x.shape[1], -1)
 
     def whole(self) -> torch.Tensor:
         """The whole (1, heads, queries, keys) bias."""
