@@ -12,6 +12,7 @@ training / prediction step: :mod:`.swin_swap_run`).
 - :func:`rotation`: which groups the suite runs with which family (every group once, families in
   turn, then more runs until each family has met every kind of neck and head).
 """
+import functools
 import glob
 import importlib
 import os.path as osp
@@ -91,21 +92,29 @@ def _referenced(path: str, text: str) -> List[str]:
     return found
 
 
-def _swin_candidates(packages: Sequence[str]) -> List[Tuple[str, str]]:
-    """(package, absolute path) of every model config (not a ``_base_`` part) whose text or whose
-    bases' text mentions Swin's backbone: a config can only resolve to a Swin backbone that way,
-    and resolving these few instead of all the packaged configs takes seconds, not minutes."""
-    files = _read_configs(packages)
-    refs = {path: _referenced(path, text) for path, (_, text) in files.items()}
-    swin = {path for path, (_, text) in files.items() if 'SwinTransformer' in text}
+def _mentioning(files: Dict[str, Tuple[str, str]], refs: Dict[str, List[str]], word: str):
+    """The configs whose text or whose bases' text (at any depth) contains ``word``."""
+    found = {path for path, (_, text) in files.items() if word in text}
     grew = True
     while grew:
         grew = False
-        for path in files.keys() - swin:
-            if any(ref in swin for ref in refs[path]):
-                swin.add(path)
+        for path in files.keys() - found:
+            if any(ref in found for ref in refs[path]):
+                found.add(path)
                 grew = True
-    return sorted((files[path][0], path) for path in swin
+    return found
+
+
+def _swin_candidates(packages: Sequence[str]) -> List[Tuple[str, str, bool]]:
+    """(package, absolute path, whether it sets a language model) of every model config (not a
+    ``_base_`` part) whose text or whose bases' text mentions Swin's backbone: a config can only
+    resolve to a Swin backbone that way, and resolving these few instead of all the packaged
+    configs takes seconds, not minutes."""
+    files = _read_configs(packages)
+    refs = {path: _referenced(path, text) for path, (_, text) in files.items()}
+    swin = _mentioning(files, refs, 'SwinTransformer')
+    language = _mentioning(files, refs, 'language_model=')
+    return sorted((files[path][0], path, path in language) for path in swin
                   if '_base_' not in path[len(configs_root(files[path][0])):].split(osp.sep))
 
 
@@ -113,7 +122,7 @@ def skip_reason(package: str, model: dict) -> Optional[str]:
     """Why a resolved Swin model is left out of the swap, or None: it needs a language model or
     video, or it has no head (a feature extractor: nothing to train or predict with)."""
     if 'language_model' in model:
-        return f'needs a language model ({short_type(model.language_model)} text encoder)'
+        return 'needs a language model (a text encoder: its config sets language_model)'
     if package == 'mmdet':
         from mmdet.models.mot import BaseMOTModel
         from mmdet.registry import MODELS
@@ -127,16 +136,25 @@ def skip_reason(package: str, model: dict) -> Optional[str]:
 def discover(packages: Sequence[str] = PACKAGES) -> Tuple[List[SwinModel], Dict[str, str]]:
     """The packaged Swin models, and {config name: why it is left out} for the configs that
     mention Swin but are not taken: see :func:`skip_reason`, a config that does not load, and a
-    backbone that is another Swin variant (SimMIM's masked one)."""
+    backbone that is another Swin variant (SimMIM's masked one). The packages' configs do not
+    change while a process runs: later calls return copies of the first call's answer."""
+    found, skipped = _discover(tuple(packages))
+    return list(found), dict(skipped)
+
+
+@functools.lru_cache(maxsize=None)
+def _discover(packages: Tuple[str, ...]):
     found, skipped = [], {}
-    for package, path in _swin_candidates(packages):
+    for package, path, language in _swin_candidates(packages):
         name = f'{package}::{osp.relpath(path, configs_root(package))}'
+        if language:  # GLIP, Grounding DINO: their text encoder (BERT) is all that is left
+            skipped[name] = 'needs a language model (a text encoder: its config sets ' \
+                'language_model)'
+            continue
         try:
             cfg = Config.fromfile(path)
         except Exception as error:  # an upstream config that does not resolve
-            message = str(error).strip().splitlines()
-            skipped[name] = (f'the config does not load: {type(error).__name__}: '
-                             f'{message[0] if message else ""}')
+            skipped[name] = f'the config does not load: {_first_line(error)}'
             continue
         model = cfg.get('model')
         backbone = short_type(model.get('backbone', {})) if model else ''
@@ -150,8 +168,13 @@ def discover(packages: Sequence[str] = PACKAGES) -> Tuple[List[SwinModel], Dict[
         else:
             constructor = cfg.get('optim_wrapper', {}).get('constructor')
             found.append(SwinModel(package, osp.relpath(path, configs_root(package)), model,
-                                   constructor))
-    return found, skipped
+                                   optim_constructor=constructor))
+    return tuple(found), skipped
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f'{type(error).__name__}: {lines[0] if lines else ""}'.rstrip(': ')
 
 
 def _swin_class(package: str, backbone: dict):
@@ -239,8 +262,10 @@ class Group:
 
     @property
     def neck_kinds(self) -> Tuple[str, ...]:
-        """The neck types, or :data:`NO_NECK`."""
-        return tuple(short_type(n) for n in necks_of(self.representative.model)) or (NO_NECK, )
+        """The type of the neck that takes the backbone's maps (the first), or :data:`NO_NECK`;
+        a later neck (DyHead after FPN) takes the first one's maps, whatever the backbone."""
+        necks = necks_of(self.representative.model)
+        return (short_type(necks[0]) if necks else NO_NECK, )
 
     @property
     def head_kinds(self) -> Tuple[str, ...]:
@@ -248,6 +273,10 @@ class Group:
         types = [short_type(h) for values in heads_of(self.representative.model).values()
                  for h in values]
         return tuple(sorted({HEAD_KINDS.get(t, t) for t in types}))
+
+    def fault(self) -> Optional[str]:
+        """The packaged config's own fault (:func:`config_fault`), or None."""
+        return config_fault(self.representative)
 
     def missing(self) -> Optional[str]:
         """What the model takes from Swin that our backbones cannot give, or None."""
@@ -306,10 +335,10 @@ def group_models(models: Sequence[SwinModel]) -> List[Group]:
 
 def kinds(groups: Sequence[Group]) -> Dict[str, List[Group]]:
     """{'neck: FPN': [groups], 'head: DETR': [groups], ...} over the groups our backbones can
-    serve (``missing()`` is None)."""
+    serve and whose configs build (``missing()`` and ``fault()`` are None)."""
     table: Dict[str, List[Group]] = {}
     for group in groups:
-        if group.missing():
+        if group.missing() or group.fault():
             continue
         for kind in group.neck_kinds:
             table.setdefault(f'neck: {kind}', []).append(group)
@@ -320,16 +349,36 @@ def kinds(groups: Sequence[Group]) -> Dict[str, List[Group]]:
 
 def rotation(groups: Sequence[Group], families: Sequence[str]) -> List[Tuple[Group, str]]:
     """(group, family) runs: every group once with the families in turn (in the groups' order),
-    then, for each kind of neck and head (:func:`kinds`) in name order and each family that has
-    not met it, one more run of that kind's group that has had the fewest runs (ties: by name)
-    and not that family. Deterministic: the same groups give the same runs."""
+    then, for each kind of neck and head (:func:`kinds`; those of fewer groups first, then by
+    name) and each family that has not met it, one more run of that kind's group that has had
+    the fewest runs (ties: the one that stands for the most configs, then by name) and not that
+    family. Deterministic: the same groups give the same runs."""
     runs = [(group, families[index % len(families)]) for index, group in enumerate(groups)]
-    for kind, members in sorted(kinds(groups).items()):
+    for kind, members in sorted(kinds(groups).items(), key=lambda item: (len(item[1]), item[0])):
         for family in families:
             if any(g in members and f == family for g, f in runs):
                 continue
             counts = {g.name: sum(1 for r, _ in runs if r is g) for g in members}
             choice = min((g for g in members if (g, family) not in runs),
-                         key=lambda g: (counts[g.name], g.name))
+                         key=lambda g: (counts[g.name], -len(g.models), g.name))
             runs.append((choice, family))
     return runs
+
+
+def config_fault(model: SwinModel) -> Optional[str]:
+    """What the packaged config gives a neck or head that its module does not take (an argument
+    of code outside the package), or None: the model fails to build whatever the backbone."""
+    import inspect
+    registry = importlib.import_module(f'{model.package}.registry').MODELS
+    parts = necks_of(model.model) + [h for hs in heads_of(model.model).values() for h in hs]
+    for part in parts:
+        cls = registry.get(part['type'])
+        if cls is None:
+            return f'{short_type(part)} is not a module of {model.package}'
+        params = inspect.signature(cls).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            continue
+        unknown = sorted(set(part) - set(params) - {'type', '_scope_'})
+        if unknown:
+            return f'{short_type(part)} does not take {", ".join(unknown)} (given by the config)'
+    return None

@@ -21,20 +21,32 @@ from mmengine.config import Config
 from ..testing import FAMILIES, TINY_ARCHS
 from .swin_swap import SwinModel, heads_of, necks_of, short_type, swin_levels, swin_widths
 
-# The suite's runs lower what only costs time on a CPU and leaves the structure: V3Det's 13,204
-# classes (an untrained model's class-wise NMS takes minutes) and the DETRs' 900 queries (a
-# two-stage DETR needs as many encoder tokens, hence larger images).
 # mmpretrain's layer-decay constructor asks the backbone for get_layer_depth (Swin's, ViT's); ours
 # is LayerDecayOptimWrapperConstructor, which takes the same layer_decay_rate.
 CONSTRUCTORS = {'LearningRateDecayOptimWrapperConstructor': 'LayerDecayOptimWrapperConstructor'}
-SUITE_CAPS = dict(num_classes=1000, num_queries=100)
+# The suite's runs lower counts that only cost time on a CPU and leave the structure: V3Det's
+# 13,204 classes (an untrained model's class-wise NMS takes minutes), the DETRs' 900 queries (a
+# two-stage DETR needs as many encoder tokens, hence larger images), the RoIs sampled for
+# training (``num``) and the proposals kept for prediction (``nms_pre``, ``max_per_img``).
+SUITE_CAPS = dict(num_classes=1000, num_queries=100, num=64, nms_pre=100, max_per_img=100)
 
 
-def our_backbone(family: str, levels, in_channels: int = 3, arch=None) -> dict:
-    """The backbone dict a user writes over Swin's: a tiny arch unless ``arch`` is given."""
+def tiny_widths(family: str, multiple: int = 1) -> dict:
+    """The tiny arch of ``family`` (:data:`TINY_ARCHS`) with its widths multiplied by the least
+    factor that makes each a multiple of ``multiple`` (a neck's GroupNorm(32) over our maps)."""
+    arch = dict(TINY_ARCHS[family]['arch'])
+    dims = arch['embed_dims']
+    widths = dims if isinstance(dims, list) else [dims]
+    factor = next(k for k in range(1, multiple + 1) if all(w * k % multiple == 0 for w in widths))
+    arch['embed_dims'] = [w * factor for w in dims] if isinstance(dims, list) else dims * factor
+    return dict(TINY_ARCHS[family], arch=arch)
+
+
+def our_backbone(family: str, levels, in_channels: int = 3, multiple: int = 1) -> dict:
+    """The backbone dict a user writes over Swin's, with a tiny arch (:func:`tiny_widths`)."""
     if family not in FAMILIES:
         raise ValueError(f'unknown family {family!r}; choose from {sorted(FAMILIES)}')
-    kwargs = dict(TINY_ARCHS[family]) if arch is None else dict(arch=arch)
+    kwargs = tiny_widths(family, multiple)
     return dict(_delete_=True, type=f'mmhvit.{family}', out_indices=tuple(levels),
                 in_channels=in_channels, **kwargs)
 
@@ -84,7 +96,14 @@ def _width_changes(prefix: str, cfg: dict, swin: List[int], ours: List[int], top
     return changes
 
 
-def swap_backbone(cfg: Config, package: str, family: str, arch=None) -> Dict[str, object]:
+def _group_norm_multiple(readers_: List[Tuple[str, dict]]) -> int:
+    """What our widths must be multiples of for the readers' GroupNorm: twice the largest group
+    count (a CSP block normalises half its input's channels); 1 without GroupNorm."""
+    norms = [cfg.get('norm_cfg') or {} for _, cfg in readers_]
+    return max([2 * n.get('num_groups', 1) for n in norms if short_type(n) == 'GN'] + [1])
+
+
+def swap_backbone(cfg: Config, package: str, family: str) -> Dict[str, object]:
     """Replace Swin in ``cfg`` by ``family`` as a user does (``merge_from_dict``); returns the
     keys set besides the backbone ({'model.neck.in_channels': [16, 32, 64], ...}): the widths of
     what reads the maps, no Swin checkpoint (``model.pretrained``), our layer-decay constructor
@@ -92,7 +111,8 @@ def swap_backbone(cfg: Config, package: str, family: str, arch=None) -> Dict[str
     reads (a fifth, stride-64 level)."""
     swin = cfg.model.backbone
     levels = swin_levels(package, swin)
-    ours = our_backbone(family, levels, swin.get('in_channels', 3), arch)
+    ours = our_backbone(family, levels, swin.get('in_channels', 3),
+                        _group_norm_multiple(readers(package, cfg.model)))
     built = FAMILIES[family](**{k: v for k, v in ours.items() if k not in ('_delete_', 'type')})
     widths = swin_widths(package, swin)
     swin_out = [widths[level] for level in levels]
@@ -125,8 +145,8 @@ def small_inputs(cfg: Config, size: int) -> None:
             augment.size = (size, size)
 
 
-def _detection_sample(size: int):
-    """An MMDet sample with two boxes and their masks, scaled to the image."""
+def _detection_sample(size: int, with_mask: bool):
+    """An MMDet sample with two boxes (and their masks), scaled to the image."""
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.structures import InstanceData
@@ -137,20 +157,40 @@ def _detection_sample(size: int):
     masks = torch.zeros(2, size, size, dtype=torch.uint8)
     for mask, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist()):
         mask[y0:y1, x0:x1] = 1
-    sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1]),
-                                       masks=BitmapMasks(masks.numpy(), size, size))
+    sample.gt_instances = InstanceData(bboxes=boxes, labels=torch.tensor([0, 1]))
+    if with_mask:
+        sample.gt_instances.masks = BitmapMasks(masks.numpy(), size, size)
     return sample
 
 
-def swap_batch(package: str, model, channels: int, size: int) -> dict:
-    """Two random ``size`` x ``size`` images with ``channels`` channels and their samples."""
-    from ..testing.batches import classification_sample, segmentation_sample
+def _segmentation_sample(size: int, num_classes: int):
+    """An MMSeg sample: class 1 in one box, class 2 (or 1) in another, 0 elsewhere (a few
+    segments, as in a real image; a random label map would give a mask head every class to
+    match)."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
+                                         pad_shape=(size, size)))
+    labels = torch.zeros(1, size, size, dtype=torch.long)
+    labels[:, size // 8:size // 2, size // 8:size // 2] = 1
+    labels[:, size // 2:, size // 3:] = min(2, num_classes - 1)
+    sample.gt_sem_seg = PixelData(data=labels)
+    return sample
+
+
+def swap_batch(package: str, model, cfg: dict, size: int) -> dict:
+    """Two random ``size`` x ``size`` images for ``model`` (built from the model dict ``cfg``)
+    with the backbone's input channels, and their samples (instance masks where a head
+    segments)."""
+    from ..testing.batches import classification_sample
     if package == 'mmdet':
-        sample = _detection_sample(size)
+        masks = 'mask_head' in cfg.get('roi_head', {}) or 'panoptic_head' in cfg
+        sample = _detection_sample(size, masks)
     elif package == 'mmseg':
-        sample = segmentation_sample(size, size, model.decode_head.num_classes)
+        sample = _segmentation_sample(size, model.decode_head.num_classes)
     else:
         sample = classification_sample()
+    channels = cfg.backbone.get('in_channels', 3)
     images = [torch.randint(0, 256, (channels, size, size), dtype=torch.uint8) for _ in range(2)]
     return dict(inputs=images, data_samples=[sample, copy.deepcopy(sample)])
 
@@ -277,7 +317,7 @@ def run_swap(model: SwinModel, family: str, size: Optional[int] = None, seed: in
         cfg, net, changes = build_swapped(model, family, size, caps)
         size = size or input_size(cfg.model)
         optim_wrapper = build_optim_wrapper(net, cpu_optim_wrapper(cfg.optim_wrapper))
-    batch = swap_batch(model.package, net, cfg.model.backbone.in_channels, size)
+    batch = swap_batch(model.package, net, cfg.model, size)
     net.train()
     loss, _ = net.parse_losses(net(**net.data_preprocessor(batch, True), mode='loss'))
     if not torch.isfinite(loss):
@@ -297,20 +337,3 @@ def one_line(error: BaseException, limit: Optional[int] = 160) -> str:
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     line = f'{type(error).__name__}: {lines[0] if lines else ""}'.rstrip(': ')
     return line if limit is None or len(line) <= limit else line[:limit - 3] + '...'
-
-
-
-def config_fault(model: SwinModel) -> Optional[str]:
-    """The error of the first neck or head of the config as shipped (Swin's) that does not build
-    on its own, or None: a fault of the packaged config, whatever the backbone."""
-    from mmengine.registry import init_default_scope
-    init_default_scope(model.package)
-    registry = importlib.import_module(f'{model.package}.registry').MODELS
-    parts = necks_of(model.model) + [h for hs in heads_of(model.model).values() for h in hs]
-    for part in parts:
-        try:
-            with quiet_logs():
-                registry.build(copy.deepcopy(part))
-        except Exception as error:  # the config's own module rejects its own arguments
-            return f'{short_type(part)} of the config does not build: {one_line(error)}'
-    return None
