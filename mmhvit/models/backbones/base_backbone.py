@@ -202,7 +202,8 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         indices = [i + self.num_stages if i < 0 else i for i in out_indices]
         if any(not 0 <= i < self.num_stages for i in indices) or len(set(indices)) != len(indices):
             raise ValueError(f'{name}: out_indices {tuple(out_indices)} must name distinct '
-                             f'outputs in 0..{self.num_stages - 1}')
+                             f'outputs in 0..{self.num_stages - 1} (strides 4 to 32; there is '
+                             f'no stride-64 output)')
         return tuple(sorted(indices))
 
     @classmethod
