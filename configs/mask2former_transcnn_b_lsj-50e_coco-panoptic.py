@@ -1,7 +1,7 @@
 # Mask2Former, TransCNN-B, COCO 2017 panoptic, 50 epochs, large-scale jitter, 8 GPUs x 2 images:
 # Swin-T's recipe (mmdet's mask2former_swin-t-p4-w7-224_8xb2-lsj-50e_coco-panoptic.py).
-# Data: data/coco/{train2017,val2017,annotations/panoptic_{train,val}2017.json and
-# panoptic_{train,val}2017/}
+# Data: data/coco/{train2017,val2017}/, data/coco/annotations/panoptic_{train,val}2017{.json,/}
+# and instances_val2017.json (the instance metric)
 _base_ = [
     'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco-panoptic.py',
     './_transcnn_b_backbone.py'
