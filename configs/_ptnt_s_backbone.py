@@ -20,3 +20,13 @@ ptnt_s_backbone_c3_c5 = dict(ptnt_s_backbone, out_indices=(1, 2, 3))
 # No weight decay on norms and the position embeddings (the official pre-training decays
 # relative_pos, as here).
 ptnt_paramwise_cfg = dict(norm_decay_mult=0., custom_keys={'pos_embed': dict(decay_mult=0.)})
+ptnt_s_channels = [128, 256, 512, 512]  # strides 4-32
+# What Swin's recipes exempt from weight decay ('norm', 'absolute_pos_embed',
+# 'relative_position_bias_table'), in PyramidTNT's names (the Swin-recipe configs): its norms (the
+# stem's and the upsampling's BNs by position in their Sequentials), the position embeddings and,
+# as Swin's relative-position bias table, relative_pos. Each key is longer than 'backbone', so that
+# it wins over Mask2Former's 'backbone' key (MMEngine takes the longest key that matches).
+ptnt_s_no_decay = ['pos_embed', 'relative_pos', 'inner.norm', 'outer.norm', 'word_proj.norm',
+                   'reduce_norm', 'merge.norm', 'stages.3.norm', 'out_proj.1.', 'out_proj.4.',
+                   'common_conv.1.', 'inner_convs.1.', 'outer_convs.1.', 'outer_convs.4.',
+                   'outer_convs.7.']

@@ -165,7 +165,7 @@ def subset_options(algo, data_root, work_dir, name):
                     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
     if algo == 'upernet':  # its classifier checkpoint: test_upernet_starts_from_its_classifier
         options.append('model.backbone.init_cfg=None')
-    if algo in ('retinanet', 'mask-rcnn'):
+    if algo in ('retinanet', 'mask-rcnn', 'mask2former'):
         ann = f'{root}annotations/instances_val.json'
         options += [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}']
     return options

@@ -25,14 +25,16 @@ BACKBONES = ('transcnn-q', 'hatnet-q', 'nest-q', 'tnt-q', 'ptnt-q', 'r18')
 METRICS = {
     'retinanet': ['coco/bbox_mAP', 'coco/bbox_mAP_50'],
     'mask-rcnn': ['coco/bbox_mAP', 'coco/segm_mAP', 'coco/segm_mAP_50'],
+    'mask2former': ['coco/bbox_mAP', 'coco/segm_mAP', 'coco/segm_mAP_50'],
     'upernet': ['mIoU'],
     'classifier': ['accuracy/top1'],
 }
 
 
 # Beyond the task x backbone matrix: the H-MHSA plugin pair (a bottleneck ResNet with and without
-# the plugin; MMDet's ResNet-18 takes no plugins).
-EXTRA_PAIRS = {('retinanet', 'r50-w16'), ('retinanet', 'r50-w16-hmhsa')}
+# the plugin; MMDet's ResNet-18 takes no plugins) and the Mask2Former pair (issue 45).
+EXTRA_PAIRS = {('retinanet', 'r50-w16'), ('retinanet', 'r50-w16-hmhsa'),
+               ('mask2former', 'transcnn-q'), ('mask2former', 'r18')}
 
 
 def test_every_task_has_every_backbone():
@@ -109,7 +111,7 @@ def test_quickstart_config_trains_and_evaluates(config, tiny_shapes, tmp_path):
     assert len(drawn) == 2, drawn  # one per evaluated image
     dumped = pickle.load(open(predictions, 'rb'))
     assert len(dumped) == 2, dumped
-    if algo == 'mask-rcnn':  # MMDet dumps masks as COCO run-length encodings
+    if algo in ('mask-rcnn', 'mask2former'):  # MMDet dumps masks as COCO run-length encodings
         assert all('masks' in p['pred_instances'] for p in dumped)
 
 

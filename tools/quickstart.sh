@@ -8,7 +8,8 @@
 #   CONFIG=configs/quickstart/mask-rcnn_tnt-q_16e_shapes.py bash tools/quickstart.sh
 #   (a UperNet config first trains its backbone's classifier config when that checkpoint is missing)
 #
-# TASK: det (RetinaNet), ins (Mask R-CNN), seg (UperNet), cls (ImageClassifier).
+# TASK: det (RetinaNet), ins (Mask R-CNN), m2f (Mask2Former, instances; transcnn and r18 only),
+# seg (UperNet), cls (ImageClassifier).
 # BACKBONE: transcnn, hatnet, nest, tnt, ptnt (CPU-sized variants of ours) or r18 (the library's
 # ResNet-18).
 set -euo pipefail
@@ -21,16 +22,21 @@ if [ -z "${CONFIG:-}" ]; then
     case "$TASK" in
         det) ALGO=retinanet ;;
         ins) ALGO=mask-rcnn ;;
+        m2f) ALGO=mask2former ;;
         seg) ALGO=upernet ;;
         cls) ALGO=classifier ;;
-        *) echo "TASK must be one of det, ins, seg, cls (got '$TASK')" >&2; exit 2 ;;
+        *) echo "TASK must be one of det, ins, m2f, seg, cls (got '$TASK')" >&2; exit 2 ;;
     esac
     case "$BACKBONE" in
         transcnn | hatnet | nest | tnt | ptnt) PATTERN="${ALGO}_${BACKBONE}-q_*_shapes.py" ;;
         r18) PATTERN="${ALGO}_r18_*_shapes.py" ;;
         *) echo "BACKBONE must be one of transcnn, hatnet, nest, tnt, ptnt, r18 (got '$BACKBONE')" >&2; exit 2 ;;
     esac
-    CONFIG="$(ls configs/quickstart/$PATTERN)"
+    CONFIG="$(ls configs/quickstart/$PATTERN 2>/dev/null || true)"
+    if [ -z "$CONFIG" ]; then
+        echo "no quickstart config for TASK=$TASK BACKBONE=$BACKBONE (m2f has the transcnn and r18 pair)" >&2
+        exit 2
+    fi
 elif [ -n "${TASK:-}${BACKBONE:-}" ]; then
     echo "set either CONFIG or TASK/BACKBONE, not both" >&2
     exit 2

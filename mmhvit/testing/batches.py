@@ -43,7 +43,8 @@ def make_batch(scope: str, cfg, height: int, width: int) -> dict:
     """Two random uint8 images and their samples for the model of ``cfg`` in ``scope`` ('mmdet',
     'mmseg' or 'mmpretrain'): what its ``data_preprocessor`` takes."""
     if scope == 'mmdet':
-        with_mask = 'mask_head' in cfg.model.get('roi_head', {})
+        with_mask = ('mask_head' in cfg.model.get('roi_head', {})
+                     or cfg.model.type == 'Mask2Former')
         sample = detection_sample(height, width, with_mask)
     elif scope == 'mmseg':
         sample = segmentation_sample(height, width, cfg.model.decode_head.num_classes)

@@ -7,6 +7,7 @@ matmul attention with an additive finite mask, no ceil-mode pooling; see
 gives the eager model's numbers at every input size. ``export_onnx(..., attn_chunk=N)`` also
 bounds the attention logits that exist at once (query chunks in an ONNX ``Loop``).
 """
+import inspect
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -33,11 +34,23 @@ class TensorForward(nn.Module):
         self.data_samples = data_samples
 
     def forward(self, inputs):
+        head = getattr(self.model, 'decode_head', None)
+        if self.data_samples is not None and head is not None and (
+                'batch_data_samples' in inspect.signature(head.forward).parameters):
+            # MMSeg's tensor mode calls decode_head.forward(maps) alone; its Mask2Former head
+            # reads the batch's image shapes from the samples
+            return head.forward(self.model.extract_feat(inputs), self.data_samples)
         return self.model(inputs, self.data_samples, mode='tensor')
 
 
 def synthetic_data_samples(scope: str, height: int, width: int):
-    """Two-stage detectors read image shapes from data samples even in tensor mode."""
+    """Two-stage detectors and MMSeg's Mask2Former read image shapes from data samples even in
+    tensor mode."""
+    if scope == 'mmseg':
+        from mmseg.structures import SegDataSample
+        return [SegDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
+                                            pad_shape=(height, width),
+                                            batch_input_shape=(height, width)))]
     if scope != 'mmdet':
         return None
     from mmdet.structures import DetDataSample
