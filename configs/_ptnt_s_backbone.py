@@ -11,9 +11,6 @@ ptnt_s_backbone = dict(
     # The stem's BN (pretrained) and the upsampling's (new) with statistics over all GPUs' images:
     # 2 per GPU are too few for the new ones, and norm_eval would freeze them at their init.
     conv_norm_cfg=dict(type='SyncBN', requires_grad=True),
-    # The outer attention's weights recomputed in backward (more time, far less memory at
-    # detection sizes: docs/memory.md).
-    recompute_attention=True,
     init_cfg=dict(type='Pretrained', checkpoint=ptnt_s_checkpoint))
 # Strides 8-32 only (RetinaNet): the stride-4 branch is not built, so no parameter goes unused.
 ptnt_s_backbone_c3_c5 = dict(ptnt_s_backbone, out_indices=(1, 2, 3))

@@ -1,7 +1,7 @@
 """What a detector's training step keeps for backward, technique by technique
 (``--sections memory``): each of our backbones plain (``lean_backward=False``), memory-lean as
-its COCO config sets it (and with the long attention's weights kept, ``recompute_attention=False``,
-where the config recomputes them), and memory-lean with gradient checkpointing, against
+its COCO config runs it (the default; for PyramidTNT also with the long attention's weights kept,
+``recompute_attention=False``), and memory-lean with gradient checkpointing, against
 MMDetection's Swin-T with and without checkpointing; CPU, fp32, random weights."""
 import statistics
 from typing import Dict, List, Optional, Tuple
@@ -37,11 +37,15 @@ BASELINE_VARIANTS = (('plain', {}, True), ('with_cp', dict(with_cp=True), False)
 
 
 def variants(algo: str, name: str) -> Tuple[Tuple[str, dict, bool], ...]:
-    """The rows of a backbone ("long attention kept" only where its config recomputes it)."""
+    """The rows of a backbone ("long attention kept" only for PyramidTNT, the family with long
+    matmul attention, whose weights ``recompute_attention`` recomputes as its config runs)."""
     if name not in OURS:
         return BASELINE_VARIANTS
-    recomputes = detector_config(algo, name).model.backbone.get('recompute_attention', False)
-    return tuple(v for v in OUR_VARIANTS if recomputes or v[0] != 'lean, long attention kept')
+    backbone = detector_config(algo, name).model.backbone
+    long_attention = backbone.type == 'mmhvit.PyramidTNT' and backbone.get(
+        'recompute_attention', True)
+    return tuple(v for v in OUR_VARIANTS
+                 if long_attention or v[0] != 'lean, long attention kept')
 
 
 def saved_and_peak(algo: str, name: str, overrides: dict, batch: int, size: str) -> dict:
@@ -162,9 +166,9 @@ def section_memory(args) -> List[str]:
         'activations, depthwise convs, the expanding 1x1 conv of an inverted residual, an '
         'MLP\'s fc1, H-MHSA\'s qkv projection with its window attention) and the attention '
         'weights of windows and words recomputed in backward: `mmhvit/models/layers/lean.py`, '
-        '`recomputed_attention.py`; PyramidTNT\'s configs add `recompute_attention=True`, its '
-        'long biased attention recomputed too, the bias rows made a query chunk at a time); '
-        '"long attention kept" is that config with `recompute_attention=False`; "with_cp" adds '
+        '`recomputed_attention.py`; with `recompute_attention=True`, the default, also '
+        'PyramidTNT\'s long biased attention, its bias rows made a query chunk at a time); '
+        '"long attention kept" is `recompute_attention=False`; "with_cp" adds '
         'gradient checkpointing of every block. Saved for backward: the distinct '
         'tensor storages the backbone\'s forward keeps for backward in a training step. Training '
         'peak: the resident-set peak (VmHWM) of two training steps in a fresh process above its '

@@ -52,7 +52,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         lean_backward (bool): Recompute in backward what feeds a conv or linear layer and the
             attention weights, instead of keeping them (:mod:`mmhvit.models.layers.lean`; the
             same numbers). Default: True.
-        recompute_attention (bool): With it, long attention's too (PyramidTNT's). Default: False.
+        recompute_attention (bool): With it, long attention's too (PyramidTNT's). Default: True.
         pretrained (str, optional): Deprecated, use ``init_cfg``.
         init_cfg (dict | list[dict], optional): e.g. ``dict(type='Pretrained', checkpoint=...,
             prefix='backbone.')``; official, timm, mmpretrain and our own checkpoints are
@@ -81,7 +81,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  lean_backward: bool = True,
-                 recompute_attention: bool = False,
+                 recompute_attention: bool = True,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(init_cfg=self._init_cfg_with_pretrained(pretrained, init_cfg))
