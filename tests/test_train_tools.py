@@ -145,25 +145,37 @@ DIST_VARIABLES = ('MASTER_ADDR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE', 'LOCAL_RAN
 
 def stand_in_scontrol(tmp_path):
     bin_dir = tmp_path / 'bin'
-    bin_dir.mkdir()
+    bin_dir.mkdir(parents=True)
     (bin_dir / 'scontrol').write_text(STAND_IN_SCONTROL)
     (bin_dir / 'scontrol').chmod(0o755)
     return f'{bin_dir}{os.pathsep}{os.environ["PATH"]}'
 
 
-def test_two_slurm_tasks_join_one_group_from_the_variables_srun_sets(tmp_path):
-    """One task per node of a two-node job (SLURM_LOCALID 0 on each): the master is the first
-    host that scontrol names, the port MASTER_PORT."""
-    port = str(free_port())
+def run_two_slurm_tasks(tmp_path, port: str):
+    """(returncode, stdout, stderr) of the two tasks of a two-node job."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARIABLES}
     env.update(PATH=stand_in_scontrol(tmp_path), PYTHONPATH=REPO, MASTER_PORT=port,
                SLURM_NTASKS='2', SLURM_NODELIST='node-[0-1]', SLURM_LOCALID='0')
     tasks = [subprocess.Popen([sys.executable, '-c', SLURM_TASK], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=dict(env, SLURM_PROCID=str(rank))) for rank in (0, 1)]
-    for rank, task in enumerate(tasks):
-        out, err = task.communicate(timeout=120)
-        assert task.returncode == 0, err
+    outputs = [task.communicate(timeout=120) for task in tasks]
+    return [(task.returncode, out, err) for task, (out, err) in zip(tasks, outputs)]
+
+
+def test_two_slurm_tasks_join_one_group_from_the_variables_srun_sets(tmp_path):
+    """One task per node of a two-node job (SLURM_LOCALID 0 on each): the master is the first
+    host that scontrol names, the port MASTER_PORT."""
+    for attempt in range(2):
+        port = str(free_port())
+        tasks = run_two_slurm_tasks(tmp_path / str(attempt), port)
+        # Gloo's TCP mesh between two local processes has dropped once in the full suite while
+        # the other worker ran its own process groups: one more try with a new port for that
+        # error only (the group formed and the variables are what this test is about).
+        if not any('connectFullMesh failed' in err for _, _, err in tasks):
+            break
+    for rank, (returncode, out, err) in enumerate(tasks):
+        assert returncode == 0, err
         assert json.loads(out) == dict(rank=rank, world_size=2, env=dict(
             MASTER_ADDR='127.0.0.1', MASTER_PORT=port, RANK=str(rank), WORLD_SIZE='2',
             LOCAL_RANK='0'))
