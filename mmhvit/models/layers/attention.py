@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .export import is_exporting
 from .pos_embed import AttnBiasRows
-from .recomputed_attention import recomputed_attention
+from .recomputed_attention import attention_weights, recomputed_attention
 
 ATTENTION_KERNELS = ('auto', 'sdpa', 'matmul')
 # Up to this many keys, plain matmul + softmax beats the CPU SDPA kernels (TNT's 16-word sentences,
@@ -224,14 +224,7 @@ def _scripted_query_chunks():
 def _matmul_attention(q, k, v, attn_mask, scale, dropout_p, attn_bias=None):
     """SDPA's maths, written out: the faster path for short sequences on the CPU."""
     scale = q.shape[-1]**-0.5 if scale is None else scale
-    logits = (q * scale) @ k.transpose(-2, -1)
-    if attn_bias is not None:
-        logits = logits + attn_bias
-    if attn_mask is not None:
-        # The dtype's most negative finite value, not -inf: it cannot overflow in half precision,
-        # and even a row with no valid key stays finite (uniform weights) instead of NaN.
-        logits = logits.masked_fill(~attn_mask, torch.finfo(logits.dtype).min)
-    weights = logits.softmax(dim=-1)
+    weights = attention_weights(q, k, attn_bias, attn_mask, scale)
     if dropout_p > 0:
         weights = F.dropout(weights, dropout_p)
     return weights @ v

@@ -138,8 +138,7 @@ class _LeanLayer(torch.autograd.Function):
             if then is not None:
                 out = then(out)
         ctx.segment, ctx.weights = segment, (weight, bias, *weights)
-        ctx.autocast = [(device, torch.get_autocast_dtype(device))
-                        for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
+        ctx.autocast = autocast_states()
         ctx.save_for_backward(x)
         return out
 
@@ -180,6 +179,12 @@ def _layer_forward(layer: nn.Module, hidden: torch.Tensor, weight, bias) -> torc
         return F.linear(hidden, weight, bias)
     return F.conv2d(hidden, weight, bias, layer.stride, layer.padding, layer.dilation,
                     layer.groups)
+
+
+def autocast_states() -> List[tuple]:
+    """``[(device, dtype), ...]`` of the autocast states on now, for :class:`replayed_autocast`."""
+    return [(device, torch.get_autocast_dtype(device))
+            for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
 
 
 class replayed_autocast:

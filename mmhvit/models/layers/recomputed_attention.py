@@ -11,7 +11,7 @@ from typing import Iterator, Optional, Tuple, Union
 
 import torch
 
-from .lean import AUTOCAST_DEVICES, replayed_autocast
+from .lean import autocast_states, replayed_autocast
 from .pos_embed import AttnBiasRows
 
 # Elements of (batch x heads x query rows x keys) weights made at a time.
@@ -41,9 +41,14 @@ def _row_chunks(q: torch.Tensor, keys: int, bias_rows: Optional[AttnBiasRows]
         yield start, min(start + step, q.shape[-2])
 
 
+def _has_query_axis(t: torch.Tensor) -> bool:
+    """Whether a mask or bias has one row per query (dim -2), rather than one for all."""
+    return t.dim() >= 2 and t.shape[-2] != 1
+
+
 def _rows(t: Optional[torch.Tensor], start: int, end: int) -> Optional[torch.Tensor]:
-    """Rows ``start:end`` of a mask or bias with a query axis (dim -2), or all of one without."""
-    if t is None or t.dim() < 2 or t.shape[-2] == 1:
+    """Rows ``start:end`` of a mask or bias with a query axis, or all of one without."""
+    if t is None or not _has_query_axis(t):
         return t
     return t[..., start:end, :]
 
@@ -56,13 +61,16 @@ def _bias(bias, bias_rows, start, end, dtype):
     return bias_rows.query_rows(start, end, table=bias).to(dtype)
 
 
-def _weights(q, k, bias, mask, scale):
-    """The attention weights as the plain matmul kernel makes them (``_matmul_attention``):
-    the same operations, so a recompute gives the forward's numbers exactly."""
+def attention_weights(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor],
+                      mask: Optional[torch.Tensor], scale: float) -> torch.Tensor:
+    """``softmax(q k^T * scale + bias, masked)``: the matmul kernel's weights, in its forward
+    and in this recompute alike, so that a recompute gives the forward's numbers exactly."""
     logits = (q * scale) @ k.transpose(-2, -1)
     if bias is not None:
         logits += bias
     if mask is not None:
+        # The dtype's most negative finite value, not -inf: it cannot overflow in half precision,
+        # and even a row with no valid key stays finite (uniform weights) instead of NaN.
         logits.masked_fill_(~mask, torch.finfo(logits.dtype).min)
     return logits.softmax(dim=-1)
 
@@ -71,13 +79,13 @@ class _RecomputedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, mask, scale, bias_rows):
-        outs = [_weights(q[..., start:end, :], k, _bias(bias, bias_rows, start, end, q.dtype),
-                         _rows(mask, start, end), scale) @ v
+        outs = [attention_weights(q[..., start:end, :], k,
+                                  _bias(bias, bias_rows, start, end, q.dtype),
+                                  _rows(mask, start, end), scale) @ v
                 for start, end in _row_chunks(q, k.shape[-2], bias_rows)]
         out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
         ctx.scale, ctx.bias_rows = scale, bias_rows
-        ctx.autocast = [(device, torch.get_autocast_dtype(device))
-                        for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
+        ctx.autocast = autocast_states()
         ctx.save_for_backward(q, k, v, bias, mask, out)
         return out
 
@@ -99,7 +107,7 @@ class _RecomputedAttention(torch.autograd.Function):
                     chunk_bias = grad_bias.rows(start, end, q.dtype)
                 else:
                     chunk_bias = _bias(bias, bias_rows, start, end, q.dtype)
-                weights = _weights(q[..., rows, :], k, _detached(chunk_bias),
+                weights = attention_weights(q[..., rows, :], k, _detached(chunk_bias),
                                    _rows(mask, start, end), scale).to(acc)
             grad_v += weights.transpose(-2, -1) @ grad_out[..., rows, :]
             grad_weights = grad_out[..., rows, :] @ v_acc.transpose(-2, -1)
@@ -130,7 +138,7 @@ class _BiasGrad:
             self.table = bias.detach().requires_grad_()
             self.grad = torch.zeros_like(bias, dtype=acc)
         else:  # every element written once when the bias has a query axis
-            self.has_rows = bias.dim() >= 2 and bias.shape[-2] != 1
+            self.has_rows = _has_query_axis(bias)
             self.grad = (torch.empty_like if self.has_rows else torch.zeros_like)(bias, dtype=acc)
 
     def rows(self, start: int, end: int, dtype) -> torch.Tensor:
