@@ -71,7 +71,7 @@ def attention_weights(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Ten
     if mask is not None:
         # The dtype's most negative finite value, not -inf: it cannot overflow in half precision,
         # and even a row with no valid key stays finite (uniform weights) instead of NaN.
-        logits.masked_fill_(~mask, torch.finfo(logits.dtype).min)
+        logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
     return logits.softmax(dim=-1)
 
 
