@@ -67,6 +67,7 @@ verify_stack() {
 import mmcv
 from mmcv.ops import nms, RoIAlign  # noqa: F401  (fails if mmcv was built without its ops)
 import mmdet, mmseg, mmpretrain, mmengine, torch
+from panopticapi.utils import rgb2id  # noqa: F401  (MMDetection's panoptic loader)
 print(f'[setup_env] stack ok: torch {torch.__version__}, mmengine {mmengine.__version__}, '
       f'mmcv {mmcv.__version__} (with ops), mmdet {mmdet.__version__}, '
       f'mmseg {mmseg.__version__}, mmpretrain {mmpretrain.__version__}')
@@ -121,7 +122,7 @@ if ! "$VENV/bin/python" -c "import mmcv, sys; from mmcv.ops import nms; sys.exit
         rm -rf "$build"
     }
     if ! ls "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl >/dev/null 2>&1; then
-        STEP_PROGRESS=1 step "building mmcv $MMCV_VERSION with its ops against $TORCH_TAG: about 15-20 minutes, once per machine (the wheel is kept in $KEEP)" build_mmcv
+        STEP_PROGRESS=1 step "building mmcv $MMCV_VERSION with its ops against $TORCH_TAG: about 10-20 minutes, once per machine (the wheel is kept in $KEEP)" build_mmcv
     fi
     install_mmcv() {
         "${PIP[@]}" install --no-deps --force-reinstall "$KEEP"/mmcv-"$MMCV_VERSION"-*.whl
@@ -133,6 +134,8 @@ fi
 
 step "installing the OpenMMLab stack and test tools" \
     "${PIP[@]}" install -r "$REQ/runtime.txt" -r "$REQ/tests.txt" -r "$REQ/mmcv.txt"
+step "installing the packages whose declared dependencies are wrong (requirements/nodeps.txt)" \
+    "${PIP[@]}" install --no-deps -r "$REQ/nodeps.txt"
 step "installing mmhvit from $ROOT (editable)" link_package
 verify_stack 2>>"$LOG" || fail "the stack does not import (mmcv ops, mmdet, mmseg, mmpretrain)"
 rm -f "$VENV"/.mmhvit-stack-*
