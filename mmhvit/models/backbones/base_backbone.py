@@ -47,8 +47,9 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         frozen_stages (int): -1: nothing frozen; 0: the stem; k: the stem and stages 1..k (their
             parameters never require grad and their modules stay in eval mode). Default: -1.
         norm_eval (bool): Keep BatchNorm layers in eval mode while training. Default: False.
-        with_cp (bool): Gradient checkpointing of every block (less memory, more time).
-            Default: False.
+        with_cp (bool): Gradient checkpointing of every block (less memory, more time); with
+            ``lean_backward``, inverted residuals (TransCNN, HAT-Net) also run their backward a
+            band of rows at a time (:mod:`mmhvit.models.layers.banded`). Default: False.
         lean_backward (bool): Recompute in backward what feeds a conv or linear layer and the
             attention weights, instead of keeping them (:mod:`mmhvit.models.layers.lean`; the
             same numbers). Default: True.
@@ -113,6 +114,8 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         for module in self.modules():
             if hasattr(module, 'lean'):  # the layers that recompute their inputs (layers.lean)
                 module.lean = lean_backward
+            if hasattr(module, 'banded_backward'):  # layers.banded: less memory, more time
+                module.banded_backward = with_cp
             if hasattr(module, 'recompute_long_attention'):
                 module.recompute_long_attention = recompute_attention
         self._freeze_stages()

@@ -11,6 +11,7 @@ import torch.nn as nn
 from mmcv.cnn.bricks import DropPath
 
 from .activation import build_inplace_activation
+from .banded import banded_applies, banded_inverted_residual
 from .hmhsa import HMHSA
 from .lean import lean_layer
 from .norm import build_norm2d
@@ -50,13 +51,20 @@ class InvertedResidual(nn.Module):
         self.act = build_inplace_activation(act_cfg)
         self.drop = nn.Dropout2d(drop_rate)
         self.lean = True  # see mmhvit.models.layers.lean
+        self.banded_backward = False  # see mmhvit.models.layers.banded; on with with_cp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # conv3(drop(act(norm2(conv2(act(norm1(conv1(pre_norm(x)))))))): where lean_layer can,
         # backward keeps only x and recomputes everything that feeds conv3, conv1 included: its
         # expanded output is the largest map of the block.
-        x = lean_layer([self.pre_norm, self.conv1, self.norm1, self.act, self.conv2, self.norm2,
-                        self.act, self.drop], self.conv3, x, self.lean)
+        head, tail = [self.pre_norm, self.conv1, self.norm1, self.act], [self.norm2, self.act,
+                                                                       self.drop]
+        if self.lean and self.banded_backward and banded_applies(head, self.conv2, tail,
+                                                                 self.conv3, x):
+            # (with_cp) the same, its backward a band of rows at a time: see layers.banded
+            x = banded_inverted_residual(head, self.conv2, tail, self.conv3, x)
+        else:
+            x = lean_layer([*head, self.conv2, *tail], self.conv3, x, self.lean)
         return self.drop(self.norm3(x))
 
 
