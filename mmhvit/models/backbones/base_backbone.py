@@ -40,8 +40,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         drop_rate (float): Dropout after projections and in MLPs. Default: 0.
         attn_drop_rate (float): Dropout on attention weights. Default: 0.
         drop_path_rate (float): Stochastic depth, linear from 0 over all blocks. Default: 0.1.
-        qkv_bias (bool, optional): Bias of the query/key/value projections; None: the arch's
-            (what its official weights have).
+        qkv_bias (bool, optional): Bias of the qkv projections; None: the arch's (official).
         norm_cfg (dict, optional): Norm layers; None: the family's (``default_norm_cfg``).
         act_cfg (dict, optional): Activation; None: the family's (``default_act_cfg``).
         frozen_stages (int): -1: nothing frozen; 0: the stem; k: the stem and stages 1..k (their
