@@ -136,6 +136,17 @@ def test_norm_eval(name):
         assert all(m.training for m in others)
 
 
+def test_norm_eval_keeps_syncbn_reverted_for_one_process_in_eval():
+    """MMEngine's Runner reverts SyncBN without a process group (``revert_sync_batchnorm``):
+    norm_eval holds those norms too."""
+    from mmengine.model import revert_sync_batchnorm
+    model = revert_sync_batchnorm(build('PyramidTNT', norm_eval=True,
+                                        conv_norm_cfg=dict(type='SyncBN')))
+    bns = [m for m in model.train().modules() if isinstance(m, _BatchNorm)]
+    assert bns and not any(isinstance(m, nn.SyncBatchNorm) for m in bns)
+    assert not any(bn.training for bn in bns)
+
+
 @pytest.mark.parametrize('name', NAMES)
 def test_with_cp_same_outputs_and_gradients(name, monkeypatch):
     torch.manual_seed(0)

@@ -116,8 +116,31 @@ def test_lean_mlp_with_its_norm_equals_the_plain_one_and_keeps_less():
     assert lean_result[3] < .75 * plain_result[3], (lean_result[3], plain_result[3])
 
 
+def test_lean_pyramid_tnt_upsample_equals_the_plain_one_and_keeps_less():
+    """PyramidTNT's dense-output upsampling: the 3x3 conv's input (norm and GELU of the
+    transposed conv's output) recomputed in backward; BatchNorm statistics moved once."""
+    from mmhvit.models.layers import PyramidTNTUpsample
+    torch.manual_seed(0)
+    upsample = PyramidTNTUpsample(8, dict(type='BN')).double().train()
+    for m in upsample.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1, .3)
+            nn.init.normal_(m.bias, 0, .3)
+    lean, plain = lean_and_plain(upsample)
+    lean_result, plain_result = run_both(lean, plain,
+                                         torch.randn(2, 8, 5, 7, dtype=torch.float64))
+    assert lean_result[0].shape == (2, 8, 10, 14)
+    assert_same(lean_result, plain_result)
+    for buffer, buffer_p in zip(lean.buffers(), plain.buffers()):
+        torch.testing.assert_close(buffer, buffer_p)
+    assert lean_result[3] < .75 * plain_result[3], (lean_result[3], plain_result[3])
+
+
 def test_lean_layer_takes_the_plain_path_where_it_cannot_recompute_exactly():
+    from mmengine.model import revert_sync_batchnorm
     assert not recomputable(nn.SyncBatchNorm(4))
+    # SyncBN as MMEngine's Runner reverts it for one process: a BatchNorm's forward
+    assert recomputable(revert_sync_batchnorm(nn.Sequential(nn.SyncBatchNorm(4)))[0])
     assert not recomputable(nn.Dropout(.1).train()) and recomputable(nn.Dropout(.1).eval())
     assert recomputable(nn.Dropout(0.).train()) and recomputable(nn.BatchNorm2d(4))
     conv, norm = nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)

@@ -14,6 +14,7 @@ from mmhvit.utils import (
     alternating_times,
     in_fresh_process,
     median_time,
+    release_freed_memory_at_once,
     spread,
     step_functions,
 )
@@ -108,3 +109,27 @@ def test_step_functions_forward_has_no_grad_and_backward_fills_grads():
     assert model.weight.grad is None
     forward_backward()
     assert model.weight.grad is not None and model.weight.grad.abs().sum() > 0
+
+
+
+def test_release_freed_memory_at_once_returns_freed_tensors_to_the_system():
+    """A freed 16 MiB tensor leaves the resident set with the fixed mmap threshold; by glibc's
+    default (the threshold raised by the first free) it stays resident for reuse."""
+    fixed = in_fresh_process(resident_drop_after_free, True)
+    if fixed is None:
+        pytest.skip('not glibc: no mallopt')
+    assert fixed > 12 * 2**20
+    assert in_fresh_process(resident_drop_after_free, False) < 4 * 2**20
+
+
+def resident_drop_after_free(fix_threshold: bool):
+    """Bytes the resident set drops by when a 16 MiB tensor is freed (None: not glibc)."""
+    from mmhvit.utils.measure import proc_status
+    if fix_threshold and not release_freed_memory_at_once():
+        return None
+    block = torch.ones(4 * 2**20)  # 16 MiB: mapped on its own, then (default) the threshold rises
+    del block
+    block = torch.ones(4 * 2**20)
+    before = proc_status('VmRSS:')
+    del block
+    return before - proc_status('VmRSS:')

@@ -17,6 +17,7 @@ from .measure import (
     alternating_times,
     in_fresh_process,
     median_time,
+    release_freed_memory_at_once,
     spread,
     step_functions,
     synchronize,
@@ -27,6 +28,7 @@ __all__ = [
     'exit_rank', 'init_model_weights', 'add_debug_argument', 'reports_user_errors', 'count_flops',
     'count_params',
     'FreshProcessDied', 'PeakMemory', 'SavedForBackward', 'ab_ratio_runs',
-    'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time', 'spread',
+    'alternating_samples', 'alternating_times', 'in_fresh_process', 'median_time',
+    'release_freed_memory_at_once', 'spread',
     'step_functions', 'synchronize'
 ]

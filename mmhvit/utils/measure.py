@@ -3,6 +3,8 @@
 The benchmark sections (:mod:`mmhvit.analysis.benchmark`) and the GPU check are written with
 these; each is small enough to read at a glance and is tested in ``tests/test_measure.py``.
 """
+import ctypes
+import ctypes.util
 import gc
 import multiprocessing
 import signal
@@ -112,6 +114,24 @@ class PeakMemory:
             self.peak = torch.cuda.max_memory_allocated() - self.base
         else:
             self.peak = proc_status('VmHWM:') - self.base
+
+
+MALLOC_MMAP_THRESHOLD = -3  # glibc's mallopt parameter M_MMAP_THRESHOLD
+MMAP_THRESHOLD_BYTES = 64 * 1024
+
+
+def release_freed_memory_at_once() -> bool:
+    """Make glibc's malloc map every allocation of 64 KiB or more on its own and unmap it when
+    freed (a fixed ``M_MMAP_THRESHOLD``; glibc otherwise raises the threshold as blocks are freed
+    and keeps freed tensors resident for reuse), so that the resident set, and
+    :class:`PeakMemory`'s CPU peak, follows the memory in use. Call it first in a fresh process;
+    False where the C library is not glibc (nothing changed)."""
+    name = ctypes.util.find_library('c')
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    return mallopt(MALLOC_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
 
 
 class SavedForBackward:

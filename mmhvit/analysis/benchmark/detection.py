@@ -20,6 +20,7 @@ from mmhvit.utils.measure import (
     SavedForBackward,
     alternating_samples,
     in_fresh_process,
+    release_freed_memory_at_once,
     spread,
 )
 
@@ -139,6 +140,7 @@ def detector_steps(model: nn.Module, data: dict):
 def peak_probe(algo: str, name: str, batch: int, size: str, training: bool) -> int:
     """Resident-set peak (bytes) of two training steps or two inferences above the level with
     the model built; run it through :func:`mmhvit.utils.in_fresh_process`."""
+    release_freed_memory_at_once()
     torch.manual_seed(0)
     height, width = (int(v) for v in size.split('x'))
     model = build_detector(algo, name)
@@ -286,7 +288,8 @@ def section_detection(args) -> Iterator[List[str]]:
         'pass few boxes through the score thresholds: the mask head does little). Times: '
         f'{args.repeats} repeats after {args.warmup} warm-up, every model\'s step taken in turn '
         'within each repeat. Peak memory: the resident-set peak (VmHWM) of two steps in a fresh '
-        'process above its level with the model built, every one measured before this process '
+        'process above its level with the model built (freed blocks of 64 KiB or more unmapped '
+        'at once: `release_freed_memory_at_once`), every one measured before this process '
         'builds any detector (so that a child never shares the machine with the timed models; '
         '"died": the child was killed, by the out-of-memory killer as a rule). Backbone GFLOPs: '
         'multiply-adds of one image, attention products included. Ratios: medians or peaks over '

@@ -13,6 +13,7 @@ from mmhvit.utils.measure import (
     PeakMemory,
     alternating_samples,
     in_fresh_process,
+    release_freed_memory_at_once,
     spread,
 )
 
@@ -52,6 +53,7 @@ def saved_and_peak(algo: str, name: str, overrides: dict, batch: int, size: str)
     """In a fresh process: the resident-set peak of two training steps above the level with the
     model built, and the bytes of the distinct tensor storages the backbone's forward keeps for
     backward in the second step (its saved-tensor hooks count them as autograd packs them)."""
+    release_freed_memory_at_once()
     torch.manual_seed(0)
     height, width = (int(v) for v in size.split('x'))
     model = build_detector(algo, name, backbone_overrides=overrides)
@@ -174,7 +176,9 @@ def section_memory(args) -> List[str]:
         'distinct '
         'tensor storages the backbone\'s forward keeps for backward in a training step. Training '
         'peak: the resident-set peak (VmHWM) of two training steps in a fresh process above its '
-        'level with the detector built. Step: forward, loss, backward, AdamW step; '
+        'level with the detector built, glibc\'s malloc set to unmap every freed block of 64 KiB '
+        'or more at once (`release_freed_memory_at_once`: the resident set follows the memory '
+        'in use). Step: forward, loss, backward, AdamW step; '
         f'{args.repeats} repeats after {args.warmup} warm-up, every timed row\'s step in turn '
         'within each repeat (the with_cp rows are not timed). Ratios: to Swin-T\'s plain row and '
         'to the same backbone\'s plain row.', ''

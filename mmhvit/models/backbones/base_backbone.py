@@ -13,7 +13,7 @@ from mmengine.model import BaseModule
 from mmengine.model.weight_init import initialize
 
 from ..checkpoint import read_state_dict, strip_prefix, unwrap_state_dict
-from ..layers import BATCH_NORMS, BackboneStage, trunc_normal_init
+from ..layers import BackboneStage, is_batch_norm, trunc_normal_init
 
 
 class HViTBackbone(BaseModule, metaclass=ABCMeta):
@@ -366,7 +366,7 @@ class HViTBackbone(BaseModule, metaclass=ABCMeta):
         self._freeze_stages()
         if mode and self.norm_eval:
             for module in self.modules():
-                if isinstance(module, BATCH_NORMS):
+                if is_batch_norm(module):
                     module.eval()
         return self
 

@@ -19,9 +19,9 @@ from ..layers import (
     PyramidTNTBlock,
     PyramidTNTStage,
     PyramidTNTStem,
+    PyramidTNTUpsample,
     SentenceMerge,
     WordMerge,
-    build_pyramid_tnt_upsample,
     ceil_div,
     pad_nchw,
     padding_to_multiple,
@@ -167,7 +167,7 @@ class PyramidTNT(HViTBackbone):
         last = i == self.num_stages - 1
         norm = build_norm_layer(self.norm_cfg, dims[i])[1] if self.final_norm and last else None
         # Outputs that are not requested get nothing: no parameter without gradient.
-        out_proj = build_pyramid_tnt_upsample(dims[i], self.conv_norm_cfg) if (
+        out_proj = PyramidTNTUpsample(dims[i], self.conv_norm_cfg) if (
             self.out_type == 'pyramid' and i in self.out_indices) else None
         return PyramidTNTStage(blocks, s['num_heads'][i], pos_grid=grid,
                                sr_ratio=s['sr_ratios'][i], norm=norm, out_proj=out_proj,

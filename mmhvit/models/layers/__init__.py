@@ -24,7 +24,7 @@ from .nest_blocks import (
                         blocks_to_map,
                         map_to_blocks,
 )
-from .norm import BATCH_NORMS, LayerNorm2d, build_norm2d
+from .norm import BATCH_NORMS, LayerNorm2d, build_norm2d, is_batch_norm
 from .pooling import pool_cells
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
@@ -32,9 +32,9 @@ from .pyramid_tnt_blocks import (
                         PyramidTNTBlock,
                         PyramidTNTStage,
                         PyramidTNTStem,
+                        PyramidTNTUpsample,
                         SentenceMerge,
                         WordMerge,
-                        build_pyramid_tnt_upsample,
 )
 from .stage import BackboneStage
 from .tnt_blocks import (
@@ -71,7 +71,8 @@ __all__ = [
     'build_inplace_activation',
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'export_attention_chunk',
     'split_heads',
-    'merge_heads', 'BATCH_NORMS', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp', 'LayerNorm2d',
+    'merge_heads', 'BATCH_NORMS', 'is_batch_norm', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp',
+    'LayerNorm2d',
     'build_norm2d',
     'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows',
     'build_rescale', 'BackboneStage', 'MultiheadSelfAttention', 'ReducedAttention',
@@ -83,5 +84,5 @@ __all__ = [
     'InvertedResidual', 'TransCNNBlock', 'TransCNNStage', 'TwoBranchDownsample', 'ConvDownsample',
     'NesTPatchEmbed', 'BlockAggregation', 'NesTStage', 'blocks_to_map', 'map_to_blocks',
     'PyramidTNTStem', 'WordMerge', 'SentenceMerge', 'PyramidTNTBlock', 'PyramidTNTStage',
-    'build_pyramid_tnt_upsample'
+    'PyramidTNTUpsample'
 ]

@@ -22,15 +22,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .lean import (
-    RECOMPUTED_BATCH_NORMS,
-    WEIGHTED,
     WITHOUT_WEIGHTS,
+    has_weights,
     recomputable,
     recompute_module,
     run_chain,
     weights_of,
 )
-from .norm import LayerNorm2d
+from .norm import LayerNorm2d, is_local_batch_norm
 
 # Elements of the widest map of a band (its rows chosen to fit): small enough that a band's maps
 # come from memory the allocator already holds.
@@ -42,8 +41,7 @@ def statistics_norm(module: nn.Module) -> bool:
     batch's (training), a GroupNorm (each sample's, HAT-Net's one-group norm)."""
     if isinstance(module, nn.GroupNorm):
         return True
-    return isinstance(module, RECOMPUTED_BATCH_NORMS) and (module.training
-                                                           or not module.track_running_stats)
+    return is_local_batch_norm(module) and (module.training or not module.track_running_stats)
 
 
 def _grouped(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -85,8 +83,8 @@ def _pixelwise(module: nn.Module) -> bool:
     if isinstance(module, nn.Conv2d):
         return (module.kernel_size == (1, 1) and module.stride == (1, 1)
                 and module.padding in ((0, 0), 'valid') and module.groups == 1)
-    return isinstance(module, (*RECOMPUTED_BATCH_NORMS, LayerNorm2d, nn.Dropout, nn.Dropout2d,
-                               *WITHOUT_WEIGHTS)) and recomputable(module)
+    return (is_local_batch_norm(module) or isinstance(
+        module, (LayerNorm2d, nn.Dropout, nn.Dropout2d, *WITHOUT_WEIGHTS))) and recomputable(module)
 
 
 def _same_size_depthwise(conv: nn.Conv2d) -> bool:
@@ -218,7 +216,7 @@ class _Bands:
                                                               total, owned))
                 weight, bias = next(weights), next(weights)
                 x = _normalise(module, x, mean, inv_std, weight, bias)
-            elif isinstance(module, WEIGHTED):
+            elif has_weights(module):
                 x = recompute_module(module, x, next(weights), next(weights))
             else:
                 x = run_chain([module], x)

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .norm import LayerNorm2d
+from .norm import LayerNorm2d, is_local_batch_norm
 
 
 class ChannelsLast(nn.Module):
@@ -34,10 +34,9 @@ class ChannelsLast(nn.Module):
 
 TO_CHANNELS_LAST = ChannelsLast()  # holds nothing: one instance serves every caller
 
-# Not SyncBatchNorm: its recompute would all-reduce again.
-RECOMPUTED_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
-# LayerNorm2d is a LayerNorm.
-WEIGHTED = (*RECOMPUTED_BATCH_NORMS, nn.GroupNorm, nn.LayerNorm, nn.Conv2d, nn.Linear)
+# LayerNorm2d is a LayerNorm. BatchNorms: is_local_batch_norm (not SyncBatchNorm: its recompute
+# would all-reduce again).
+WEIGHTED = (nn.GroupNorm, nn.LayerNorm, nn.Conv2d, nn.Linear)
 WITHOUT_WEIGHTS = (nn.Identity, ChannelsLast, nn.SiLU, nn.GELU, nn.ReLU, nn.ReLU6, nn.Hardswish,
                    nn.Sigmoid, nn.Tanh)
 AUTOCAST_DEVICES = ('cpu', 'cuda')
@@ -51,12 +50,17 @@ def recomputable(module: nn.Module) -> bool:
         return module.p == 0 or not module.training
     if isinstance(module, nn.Conv2d):
         return module.padding_mode == 'zeros'
-    return isinstance(module, WEIGHTED + WITHOUT_WEIGHTS)
+    return has_weights(module) or isinstance(module, WITHOUT_WEIGHTS)
+
+
+def has_weights(module: nn.Module) -> bool:
+    """Whether ``module`` is one of the recomputable modules with a weight and bias."""
+    return is_local_batch_norm(module) or isinstance(module, WEIGHTED)
 
 
 def weights_of(module: nn.Module) -> List[Optional[torch.Tensor]]:
     """``[weight, bias]`` of a module with weights (either may be None), ``[]`` otherwise."""
-    if not isinstance(module, WEIGHTED):
+    if not has_weights(module):
         return []
     return [module.weight, module.bias]
 
@@ -66,7 +70,7 @@ def recompute_module(module: nn.Module, x: torch.Tensor, weight=None,
     """``module(x)`` again in backward, with the ``weight`` and ``bias`` the forward used; a
     BatchNorm normalises as it did (the batch's statistics in training) without updating its
     running statistics a second time."""
-    if isinstance(module, RECOMPUTED_BATCH_NORMS):
+    if is_local_batch_norm(module):
         use_batch = module.training or not module.track_running_stats
         running = (None, None) if use_batch else (module.running_mean, module.running_var)
         return F.batch_norm(x, *running, weight, bias, use_batch, 0., module.eps)
@@ -91,7 +95,7 @@ def run_chain(modules: Sequence[nn.Module], x: torch.Tensor,
     for module in modules:
         if getattr(module, 'inplace', False) and x is original:
             x = x.clone()  # never overwrite the input: it is what backward keeps
-        if weights is not None and isinstance(module, WEIGHTED):
+        if weights is not None and has_weights(module):
             x = recompute_module(module, x, next(weights), next(weights))
         else:
             x = module(x)

@@ -6,6 +6,18 @@ from mmcv.cnn import build_norm_layer
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
+def is_local_batch_norm(module: nn.Module) -> bool:
+    """A BatchNorm with this process's batch statistics: BatchNorm1d/2d/3d and what runs their
+    forward, MMEngine's SyncBN reverted for one process (``revert_sync_batchnorm``, as its Runner
+    does without a process group); not SyncBatchNorm."""
+    return type(module).forward is nn.BatchNorm2d.forward
+
+
+def is_batch_norm(module: nn.Module) -> bool:
+    """A norm with running statistics: a BatchNorm of :func:`is_local_batch_norm`, or SyncBN."""
+    return is_local_batch_norm(module) or isinstance(module, nn.SyncBatchNorm)
+
+
 class LayerNorm2d(nn.LayerNorm):
     """LayerNorm over the channels of an NCHW map."""
 

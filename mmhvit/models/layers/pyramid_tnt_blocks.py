@@ -14,6 +14,7 @@ from mmcv.cnn import build_norm_layer
 
 from ..converters.ptnt import NUM_WORDS
 from .export import is_exporting
+from .lean import lean_layer
 from .norm import build_norm2d
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .stage import BackboneStage
@@ -196,10 +197,21 @@ class PyramidTNTStage(BackboneStage):
         return words, sentences, grid
 
 
-def build_pyramid_tnt_upsample(channels: int, norm_cfg: dict) -> nn.Module:
+class PyramidTNTUpsample(nn.Sequential):
     """The paper's detection set-up: 2x by a stride-2 transposed conv, then a 3x3 conv, each
-    followed by a norm and GELU (no bias: the norm has one)."""
-    return nn.Sequential(
-        nn.ConvTranspose2d(channels, channels, 2, 2, bias=False), build_norm2d(norm_cfg, channels),
-        nn.GELU(), nn.Conv2d(channels, channels, 3, padding=1, bias=False),
-        build_norm2d(norm_cfg, channels), nn.GELU())
+    followed by a norm and GELU (no bias: the norm has one). The 3x3 conv's input is recomputed
+    in backward from the transposed conv's output (:func:`~mmhvit.models.layers.lean.lean_layer`):
+    these maps are the largest the backbone keeps outside its (checkpointed) blocks."""
+
+    def __init__(self, channels: int, norm_cfg: dict):
+        super().__init__(
+            nn.ConvTranspose2d(channels, channels, 2, 2, bias=False),
+            build_norm2d(norm_cfg, channels), nn.GELU(),
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False),
+            build_norm2d(norm_cfg, channels), nn.GELU())
+        self.lean = True  # see mmhvit.models.layers.lean
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up, norm1, act1, conv, norm2, act2 = self
+        return act2(norm2(lean_layer([norm1, act1], conv, up(x), self.lean)))
+
