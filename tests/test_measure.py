@@ -111,7 +111,6 @@ def test_step_functions_forward_has_no_grad_and_backward_fills_grads():
     assert model.weight.grad is not None and model.weight.grad.abs().sum() > 0
 
 
-
 def test_release_freed_memory_at_once_returns_freed_tensors_to_the_system():
     """A freed 16 MiB tensor leaves the resident set with the fixed mmap threshold; by glibc's
     default (the threshold raised by the first free) it stays resident for reuse."""

@@ -4,7 +4,6 @@ The benchmark sections (:mod:`mmhvit.analysis.benchmark`) and the GPU check are 
 these; each is small enough to read at a glance and is tested in ``tests/test_measure.py``.
 """
 import ctypes
-import ctypes.util
 import gc
 import multiprocessing
 import signal
@@ -126,10 +125,9 @@ def release_freed_memory_at_once() -> bool:
     and keeps freed tensors resident for reuse), so that the resident set, and
     :class:`PeakMemory`'s CPU peak, follows the memory in use. Call it first in a fresh process;
     False where the C library is not glibc (nothing changed)."""
-    name = ctypes.util.find_library('c')
     try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):
+        mallopt = ctypes.CDLL(None).mallopt  # the C library this process already runs on
+    except (OSError, AttributeError):
         return False
     return mallopt(MALLOC_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
 

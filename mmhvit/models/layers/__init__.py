@@ -24,7 +24,7 @@ from .nest_blocks import (
                         blocks_to_map,
                         map_to_blocks,
 )
-from .norm import BATCH_NORMS, LayerNorm2d, build_norm2d, is_batch_norm
+from .norm import LayerNorm2d, build_norm2d, is_batch_norm
 from .pooling import pool_cells
 from .pos_embed import AttnBiasRows, resize_attn_bias, resize_pos_map
 from .pyramid import build_rescale
@@ -71,7 +71,7 @@ __all__ = [
     'build_inplace_activation',
     'ATTENTION_KERNELS', 'multihead_attention', 'set_attention_kernel', 'export_attention_chunk',
     'split_heads',
-    'merge_heads', 'BATCH_NORMS', 'is_batch_norm', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp',
+    'merge_heads', 'is_batch_norm', 'HMHSA', 'grid_attention', 'pool_cells', 'Mlp',
     'LayerNorm2d',
     'build_norm2d',
     'resize_pos_map', 'resize_attn_bias', 'AttnBiasRows',

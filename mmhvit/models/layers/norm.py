@@ -2,9 +2,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 
-# The norms with running statistics (what ``norm_eval`` keeps in eval mode).
-BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-
 
 def is_local_batch_norm(module: nn.Module) -> bool:
     """A BatchNorm with this process's batch statistics: BatchNorm1d/2d/3d and what runs their
@@ -14,7 +11,8 @@ def is_local_batch_norm(module: nn.Module) -> bool:
 
 
 def is_batch_norm(module: nn.Module) -> bool:
-    """A norm with running statistics: a BatchNorm of :func:`is_local_batch_norm`, or SyncBN."""
+    """A norm with running statistics (what ``norm_eval`` keeps in eval mode): a BatchNorm of
+    :func:`is_local_batch_norm`, or SyncBN."""
     return is_local_batch_norm(module) or isinstance(module, nn.SyncBatchNorm)
 
 

@@ -214,4 +214,3 @@ class PyramidTNTUpsample(nn.Sequential):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         up, norm1, act1, conv, norm2, act2 = self
         return act2(norm2(lean_layer([norm1, act1], conv, up(x), self.lean)))
-

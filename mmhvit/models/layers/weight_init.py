@@ -4,9 +4,11 @@ from typing import Tuple, Type
 import torch.nn as nn
 from mmengine.model.weight_init import trunc_normal_
 
-from .norm import BATCH_NORMS
+from .norm import is_batch_norm
 
-NORM_LAYERS = (*BATCH_NORMS, nn.GroupNorm, nn.LayerNorm)
+
+def _is_norm(module: nn.Module) -> bool:
+    return is_batch_norm(module) or isinstance(module, (nn.GroupNorm, nn.LayerNorm))
 
 
 def trunc_normal_init(model: nn.Module,
@@ -21,6 +23,6 @@ def trunc_normal_init(model: nn.Module,
             trunc_normal_(module.weight, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, NORM_LAYERS) and module.weight is not None:
+        elif _is_norm(module) and module.weight is not None:
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
