@@ -177,7 +177,7 @@ def test_every_family_gives_the_same_outputs_and_gradients_lean_or_not(name, ext
                                                                        monkeypatch):
     from mmhvit.models.layers import recomputed_attention
     if row_chunk:
-        monkeypatch.setattr(recomputed_attention, 'ROW_CHUNK_ELEMENTS', row_chunk)
+        monkeypatch.setattr(recomputed_attention, 'CHUNK_ELEMENTS', row_chunk)
     torch.manual_seed(0)
     model = build_tiny(name, **extra).double().train()
     plain = build_tiny(name, lean_backward=False)
@@ -222,15 +222,18 @@ def test_lean_block_under_bfloat16_autocast_matches_the_plain_one():
         torch.testing.assert_close(grad, grad_p, atol=5e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize('dropout_p, row_chunk', [(0., None), (0., 1), (.3, None)])
+# chunks: one query row of every entry at a time (16 chunks); one entry at a time (3 chunks)
+@pytest.mark.parametrize('dropout_p, row_chunk', [(0., None), (0., 1), (0., 2 * 16 * 16),
+                                                  (.3, None)])
 def test_recomputed_attention_weights_equal_the_kept_ones_and_keep_less(dropout_p, row_chunk,
                                                                         monkeypatch):
     """The matmul kernel with ``recompute`` keeps only its inputs (and, without dropout, a
     log-sum-exp per query) and gives the same outputs and gradients (with dropout, the same mask
-    drawn again), bias and padded keys included, in one pass or a few query rows at a time."""
+    drawn again), bias and padded keys included, in one pass, a few query rows or a batch entry at
+    a time."""
     from mmhvit.models.layers import multihead_attention, recomputed_attention
-    if row_chunk:  # one query row at a time: 16 chunks
-        monkeypatch.setattr(recomputed_attention, 'ROW_CHUNK_ELEMENTS', row_chunk)
+    if row_chunk:
+        monkeypatch.setattr(recomputed_attention, 'CHUNK_ELEMENTS', row_chunk)
     torch.manual_seed(0)
     q, k, v = (torch.randn(6, 16, 8, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 2, 16, 16, dtype=torch.float64)

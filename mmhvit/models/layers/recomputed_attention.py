@@ -1,11 +1,12 @@
 """Matmul attention that keeps no attention weights for backward.
 
 ``softmax(q k^T * scale + bias, masked) @ v`` whose backward recomputes the weights from ``q``,
-``k`` and the bias, a few query rows at a time, so that neither pass holds all (queries x keys)
-weights of every head at once (it keeps the output, as they do). The backward is the softmax
-attention gradient written out (one more ``q k^T`` than autograd's), not a second forward: with
-``dP = dO V^T``, ``dV = P^T dO``, ``dS = P * (dP - rowsum(dO * O))``, ``dQ = dS K * scale``,
-``dK = dS^T Q * scale``, and the bias's gradient ``dS`` summed to its shape.
+``k`` and the bias, a chunk at a time (a few batch entries, e.g. windows, or a few query rows),
+so that neither pass holds all (queries x keys) weights of every head at once (it keeps the
+output, as they do). The backward is the softmax attention gradient written out (one more
+``q k^T`` than autograd's), not a second forward: with ``dP = dO V^T``, ``dV = P^T dO``,
+``dS = P * (dP - rowsum(dO * O))``, ``dQ = dS K * scale``, ``dK = dS^T Q * scale``, and the
+bias's gradient ``dS`` summed to its shape.
 """
 from typing import Iterator, Optional, Tuple, Union
 
@@ -14,8 +15,12 @@ import torch
 from .lean import autocast_states, replayed_autocast
 from .pos_embed import AttnBiasRows
 
-# Elements of (batch x heads x query rows x keys) weights made at a time.
-ROW_CHUNK_ELEMENTS = 1 << 23
+# Elements of (batch x heads x query rows x keys) weights made at a time. On the CPU few enough
+# (4 MiB in float32) that a chunk's temporaries stay in the last-level cache, in memory that
+# glibc's malloc reuses (under its mmap threshold) rather than pages faulted in anew for every
+# chunk; on other devices more, for fewer kernel launches.
+CHUNK_ELEMENTS = 1 << 20
+DEVICE_CHUNK_ELEMENTS = 1 << 23
 
 
 def recomputed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -31,14 +36,23 @@ def recomputed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return _RecomputedAttention.apply(q, k, v, attn_bias, attn_mask, scale, None)
 
 
-def _row_chunks(q: torch.Tensor, keys: int, bias_rows: Optional[AttnBiasRows]
-                ) -> Iterator[Tuple[int, int]]:
-    """Query ranges of about ``ROW_CHUNK_ELEMENTS`` weights (whole grid rows for ``bias_rows``)."""
+def _chunks(q: torch.Tensor, keys: int, bias_rows: Optional[AttnBiasRows]
+            ) -> Iterator[Tuple[slice, slice]]:
+    """(batch, query) ranges of about ``CHUNK_ELEMENTS`` weights (on the CPU): whole batch
+    entries (windows, sentences) where one entry's weights fit, so that each product stays a
+    large one; else query rows of every entry (whole grid rows for ``bias_rows``)."""
+    batch, heads, queries = q.shape[:3]
+    limit = CHUNK_ELEMENTS if q.device.type == 'cpu' else DEVICE_CHUNK_ELEMENTS
+    per_entry = heads * queries * keys
+    if bias_rows is None and per_entry <= limit:
+        step = limit // per_entry
+        for start in range(0, batch, step):
+            yield slice(start, min(start + step, batch)), slice(None)
+        return
     multiple = 1 if bias_rows is None else bias_rows.width
-    per_row = max(1, q.shape[0] * q.shape[1] * keys * multiple)
-    step = max(1, ROW_CHUNK_ELEMENTS // per_row) * multiple
-    for start in range(0, q.shape[-2], step):
-        yield start, min(start + step, q.shape[-2])
+    step = max(1, limit // (batch * heads * keys * multiple)) * multiple
+    for start in range(0, queries, step):
+        yield slice(None), slice(start, min(start + step, queries))
 
 
 def _has_query_axis(t: torch.Tensor) -> bool:
@@ -46,19 +60,22 @@ def _has_query_axis(t: torch.Tensor) -> bool:
     return t.dim() >= 2 and t.shape[-2] != 1
 
 
-def _rows(t: Optional[torch.Tensor], start: int, end: int) -> Optional[torch.Tensor]:
-    """Rows ``start:end`` of a mask or bias with a query axis, or all of one without."""
-    if t is None or not _has_query_axis(t):
+def _rows(t: Optional[torch.Tensor], entries: slice, rows: slice) -> Optional[torch.Tensor]:
+    """The chunk ``entries, rows`` of a mask or bias: its batch entries unless it has one for
+    all, its query rows unless it has one for all."""
+    if t is None:
         return t
-    return t[..., start:end, :]
+    if t.dim() == 4 and t.shape[0] != 1:
+        t = t[entries]
+    return t[..., rows, :] if _has_query_axis(t) else t
 
 
-def _bias(bias, bias_rows, start, end, dtype):
-    """The bias of the queries ``start:end``: rows of the tensor, or made by ``bias_rows`` from
-    its table ``bias``."""
+def _bias(bias, bias_rows, entries, rows, dtype):
+    """The bias of a chunk: of the tensor, or made by ``bias_rows`` from its table ``bias``
+    (whole grid rows, every entry)."""
     if bias_rows is None:
-        return _rows(bias, start, end)
-    return bias_rows.query_rows(start, end, table=bias).to(dtype)
+        return _rows(bias, entries, rows)
+    return bias_rows.query_rows(rows.start, rows.stop, table=bias).to(dtype)
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor],
@@ -79,11 +96,15 @@ class _RecomputedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias, mask, scale, bias_rows):
-        outs = [attention_weights(q[..., start:end, :], k,
-                                  _bias(bias, bias_rows, start, end, q.dtype),
-                                  _rows(mask, start, end), scale) @ v
-                for start, end in _row_chunks(q, k.shape[-2], bias_rows)]
-        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+        outs = [(entries, rows, attention_weights(
+            q[entries, :, rows], k[entries], _bias(bias, bias_rows, entries, rows, q.dtype),
+            _rows(mask, entries, rows), scale) @ v[entries])
+            for entries, rows in _chunks(q, k.shape[-2], bias_rows)]
+        out = outs[0][2]
+        if len(outs) > 1:
+            out = out.new_empty(*q.shape[:-1], v.shape[-1])
+            for entries, rows, chunk in outs:
+                out[entries, :, rows] = chunk
         ctx.scale, ctx.bias_rows = scale, bias_rows
         ctx.autocast = autocast_states()
         ctx.save_for_backward(q, k, v, bias, mask, out)
@@ -100,24 +121,26 @@ class _RecomputedAttention(torch.autograd.Function):
         grad_bias = _BiasGrad(bias, bias_rows, acc) if needs[3] else None
         # rowsum(P * dP) = rowsum(dO * O): what the softmax's backward subtracts, per query
         row_dots = (grad_out * out.to(acc)).sum(-1, keepdim=True)
-        for start, end in _row_chunks(q, k.shape[-2], bias_rows):
-            rows = slice(start, end)
+        for entries, rows in _chunks(q, k.shape[-2], bias_rows):
+            chunk_out = grad_out[entries, :, rows]
             with replayed_autocast(ctx.autocast):  # the weights as the forward made them
                 if grad_bias is not None:
-                    chunk_bias = grad_bias.rows(start, end, q.dtype)
+                    chunk_bias = grad_bias.chunk(entries, rows, q.dtype)
                 else:
-                    chunk_bias = _bias(bias, bias_rows, start, end, q.dtype)
-                weights = attention_weights(q[..., rows, :], k, _detached(chunk_bias),
-                                   _rows(mask, start, end), scale).to(acc)
-            grad_v += weights.transpose(-2, -1) @ grad_out[..., rows, :]
-            grad_weights = grad_out[..., rows, :] @ v_acc.transpose(-2, -1)
-            grad_logits = grad_weights.sub_(row_dots[..., rows, :]).mul_(weights)  # softmax's
+                    chunk_bias = _bias(bias, bias_rows, entries, rows, q.dtype)
+                weights = attention_weights(q[entries, :, rows], k[entries],
+                                            _detached(chunk_bias), _rows(mask, entries, rows),
+                                            scale).to(acc)
+            grad_v[entries] += weights.transpose(-2, -1) @ chunk_out
+            grad_weights = chunk_out @ v_acc[entries].transpose(-2, -1)
+            grad_logits = grad_weights.sub_(row_dots[entries, :, rows]).mul_(weights)  # softmax's
             del weights
-            grad_k += (grad_logits.transpose(-2, -1) @ q_acc[..., rows, :]).mul_(scale)
+            grad_k[entries] += (grad_logits.transpose(-2, -1) @ q_acc[entries, :, rows]
+                                ).mul_(scale)
             if grad_q is not None:
-                grad_q[..., rows, :] = (grad_logits @ k_acc).mul_(scale)
+                grad_q[entries, :, rows] = (grad_logits @ k_acc[entries]).mul_(scale)
             if grad_bias is not None:
-                grad_bias.add(chunk_bias, grad_logits, start, end)
+                grad_bias.add(chunk_bias, grad_logits, entries, rows)
         return (None if grad_q is None else grad_q.to(q.dtype),
                 grad_k.to(k.dtype) if needs[1] else None,
                 grad_v.to(v.dtype) if needs[2] else None,
@@ -134,31 +157,25 @@ class _BiasGrad:
 
     def __init__(self, bias: torch.Tensor, bias_rows: Optional[AttnBiasRows], acc):
         self.bias, self.bias_rows = bias, bias_rows
+        self.grad = torch.zeros_like(bias, dtype=acc)
         if bias_rows is not None:
             self.table = bias.detach().requires_grad_()
-            self.grad = torch.zeros_like(bias, dtype=acc)
-        else:  # every element written once when the bias has a query axis
-            self.has_rows = _has_query_axis(bias)
-            self.grad = (torch.empty_like if self.has_rows else torch.zeros_like)(bias, dtype=acc)
 
-    def rows(self, start: int, end: int, dtype) -> torch.Tensor:
-        """The bias of queries ``start:end``, with a graph to the table for :meth:`add`."""
+    def chunk(self, entries: slice, rows: slice, dtype) -> torch.Tensor:
+        """The bias of a chunk, with a graph to the table for :meth:`add`."""
         if self.bias_rows is None:
-            return _rows(self.bias, start, end)
+            return _rows(self.bias, entries, rows)
         with torch.enable_grad():
-            return self.bias_rows.query_rows(start, end, table=self.table).to(dtype)
+            return self.bias_rows.query_rows(rows.start, rows.stop, table=self.table).to(dtype)
 
-    def add(self, chunk_bias: torch.Tensor, grad_logits: torch.Tensor, start: int, end: int):
+    def add(self, chunk_bias: torch.Tensor, grad_logits: torch.Tensor, entries: slice,
+            rows: slice):
         if self.bias_rows is not None:
             grad_rows = grad_logits.sum_to_size(chunk_bias.shape).to(chunk_bias.dtype)
             self.grad += torch.autograd.grad(chunk_bias, self.table, grad_rows)[0]
-        elif self.has_rows:
-            target = self.grad[..., start:end, :]
-            target.copy_(grad_logits.sum_to_size(target.shape))
-        else:
-            self.grad += grad_logits.sum_to_size(self.grad.shape)
+        else:  # the chunk's part of the gradient: a view of it
+            target = _rows(self.grad, entries, rows)
+            target += grad_logits.sum_to_size(target.shape)
 
     def result(self) -> torch.Tensor:
         return self.grad.to(self.bias.dtype)
-
-
