@@ -308,8 +308,10 @@ def test_benchmark_memory_section(tmp_path, capsys):
     header, _, *rows = markdown_tables(out.read_text())[0]
     assert header[:3] == ['backbone', 'variant', 'saved for backward (MiB)']
     saved = {row[1]: float(row[2]) for row in rows}
-    assert list(saved) == ['plain', 'lean', 'lean + with_cp']  # HAT-Net: no long attention
+    # HAT-Net: no long attention
+    assert list(saved) == ['plain', 'with_cp alone', 'lean', 'lean + with_cp']
     assert saved['lean + with_cp'] < saved['lean'] < saved['plain']
+    assert saved['lean + with_cp'] <= saved['with_cp alone'] < saved['plain']
     timed = {row[1]: row[6] for row in rows}
     assert timed['lean + with_cp'] == '—' and timed['plain'].count('/') == 2
 
@@ -318,7 +320,7 @@ def test_memory_rows_keep_the_long_attention_only_where_a_config_recomputes_it()
     from mmhvit.analysis.benchmark.memory import variants
     names = {name: [v[0] for v in variants('retinanet', name)]
              for name in ('PyramidTNT-S', 'NesT-T', 'Swin-T')}
-    assert names['PyramidTNT-S'] == ['plain', 'lean, long attention kept', 'lean',
-                                     'lean + with_cp']
-    assert names['NesT-T'] == ['plain', 'lean', 'lean + with_cp']
+    assert names['PyramidTNT-S'] == ['plain', 'with_cp alone', 'lean, long attention kept',
+                                     'lean', 'lean + with_cp']
+    assert names['NesT-T'] == ['plain', 'with_cp alone', 'lean', 'lean + with_cp']
     assert names['Swin-T'] == ['plain', 'with_cp']

@@ -1,7 +1,7 @@
 """What a detector's training step keeps for backward, technique by technique
 (``--sections memory``): each of our backbones plain (``lean_backward=False``), memory-lean as
 its COCO config runs it (the default; for PyramidTNT also with the long attention's weights kept,
-``recompute_attention=False``), and memory-lean with gradient checkpointing, against
+``recompute_attention=False``), gradient checkpointing alone and with the lean path, against
 MMDetection's Swin-T with and without checkpointing; CPU, fp32, random weights."""
 import statistics
 from typing import Dict, List, Optional, Tuple
@@ -32,6 +32,7 @@ from .models import log
 
 # (name, backbone overrides, timed): what each row changes in the COCO config's backbone.
 OUR_VARIANTS = (('plain', dict(lean_backward=False), True),
+                ('with_cp alone', dict(lean_backward=False, with_cp=True), False),
                 ('lean, long attention kept', dict(recompute_attention=False), True),
                 ('lean', {}, True), ('lean + with_cp', dict(with_cp=True), False))
 BASELINE_VARIANTS = (('plain', {}, True), ('with_cp', dict(with_cp=True), False))
@@ -170,8 +171,9 @@ def section_memory(args) -> List[str]:
         'weights of windows and words recomputed in backward: `mmhvit/models/layers/lean.py`, '
         '`recomputed_attention.py`; with `recompute_attention=True`, the default, also '
         'PyramidTNT\'s long biased attention, its bias rows made a query chunk at a time); '
-        '"long attention kept" is `recompute_attention=False`; "with_cp" adds '
-        'gradient checkpointing of every block and, in TransCNN and HAT-Net, the inverted '
+        '"long attention kept" is `recompute_attention=False`; "with_cp alone" is '
+        'gradient checkpointing of every block without the lean path (`lean_backward=False, '
+        'with_cp=True`); "lean + with_cp" both, and, in TransCNN and HAT-Net, the inverted '
         'residuals\' backward a band of rows at a time (`banded.py`). Saved for backward: the '
         'distinct '
         'tensor storages the backbone\'s forward keeps for backward in a training step. Training '
