@@ -314,6 +314,10 @@ def test_benchmark_memory_section(tmp_path, capsys):
     assert saved['lean + with_cp'] <= saved['with_cp alone'] < saved['plain']
     timed = {row[1]: row[6] for row in rows}
     assert timed['lean + with_cp'] == '—' and timed['plain'].count('/') == 2
+    # the timed rows' backbone GFLOPs (the same products lean or not)
+    assert header[9] == 'backbone GFLOPs'
+    gflops = {row[1]: row[9] for row in rows}
+    assert float(gflops['plain']) == float(gflops['lean']) > 0 and gflops['with_cp alone'] == '—'
 
 
 def test_memory_rows_keep_the_long_attention_only_where_a_config_recomputes_it():

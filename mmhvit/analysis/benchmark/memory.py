@@ -25,6 +25,7 @@ from .detection import (
     counting_backbone_saves,
     detector_config,
     detector_steps,
+    model_figures,
     selected_backbones,
     synthetic_batch,
 )
@@ -87,6 +88,9 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
     steps = []
     for name, variant, overrides in timed:
         model = build_detector(algo, name, backbone_overrides=overrides)
+        if variant == 'plain':  # the variants run the same products
+            gflops = model_figures(model, height, width)['gflops']
+        rows[name, variant]['gflops'] = gflops
         steps.append(detector_steps(model, synthetic_batch(batch, height, width,
                                                            algo == 'mask-rcnn'))[0])
     log(f'memory: {algo}, batch {batch}, {len(steps)} training steps alternating')
@@ -110,7 +114,7 @@ def table_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
     lines = [
         '| backbone | variant | saved for backward (MiB) | saved / Swin-T | training peak (MiB) '
         '| peak / Swin-T | training step (s) min / median / max | step / Swin-T | '
-        'step / plain |', '|---' * 9 + '|'
+        'step / plain | backbone GFLOPs | step per GFLOP / Swin-T |', '|---' * 11 + '|'
     ]
     for (name, variant), r in rows.items():
         plain = rows.get((name, 'plain'), {})
@@ -120,8 +124,19 @@ def table_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
             f'| {name} | {variant} | {mib(r["saved"])} | {ratio(r["saved"], base.get("saved"))} '
             f'| {mib(r["peak"])} | {ratio(r["peak"], base.get("peak"))} | '
             f'{spread(r["train"], 3) if r.get("train") else "—"} | {ratio(time, base_time)} | '
-            f'{ratio(time, plain_time)} |')
+            f'{ratio(time, plain_time)} | {gflops(r)} | {ratio(per_gflop(r), per_gflop(base))} |')
     return lines
+
+
+def gflops(row: dict) -> str:
+    return f'{row["gflops"]:.1f}' if row.get('gflops') else '—'
+
+
+def per_gflop(row: dict) -> Optional[float]:
+    """Median step seconds per backbone GFLOP of a timed row."""
+    if not row.get('train') or not row.get('gflops'):
+        return None
+    return statistics.median(row['train']) / row['gflops']
 
 
 def target_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
@@ -155,6 +170,24 @@ def target_lines(rows: Dict[Tuple[str, str], dict]) -> List[str]:
             slow.append(f'{name} {statistics.median(lean) / statistics.median(plain):.2f}x')
     lines.append('- lean step <= 1.05x plain: ' + ('met by every family' if not slow else
                                                      f'missed: {", ".join(slow)}'))
+    return lines + time_target_lines(rows, base, ours)
+
+
+def time_target_lines(rows: Dict[Tuple[str, str], dict], base: dict, ours: List[str]
+                      ) -> List[str]:
+    """Each family's lean step per backbone GFLOP <= Swin-T's; NesT-T's lean step <= Swin-T's."""
+    base_rate = per_gflop(base)
+    if base_rate is None:
+        return []
+    slow = [f'{n} {per_gflop(rows[n, "lean"]) / base_rate:.2f}x' for n in ours
+            if per_gflop(rows[n, 'lean']) and per_gflop(rows[n, 'lean']) > base_rate]
+    lines = [f'- lean step per backbone GFLOP <= 1.0x {BASELINE}: '
+             + ('met by every family' if not slow else f'missed: {", ".join(slow)}')]
+    nest = rows.get(('NesT-T', 'lean'), {}).get('train')
+    if nest:
+        step = statistics.median(nest) / statistics.median(base['train'])
+        lines.append(f'- NesT-T lean step <= 1.0x {BASELINE}: '
+                     f'{"met" if step <= 1. else "missed"} ({step:.2f}x)')
     return lines
 
 
@@ -183,7 +216,9 @@ def section_memory(args) -> List[str]:
         'in use). Step: forward, loss, backward, AdamW step; '
         f'{args.repeats} repeats after {args.warmup} warm-up, every timed row\'s step in turn '
         'within each repeat (the with_cp rows are not timed). Ratios: to Swin-T\'s plain row and '
-        'to the same backbone\'s plain row.', ''
+        'to the same backbone\'s plain row. Backbone GFLOPs: multiply-adds of one image, '
+        'attention products included (as the detection section counts them); step per GFLOP: '
+        'the median step over them, to Swin-T\'s.', ''
     ]
     for algo in args.det_algos:
         for batch in args.det_batches:
