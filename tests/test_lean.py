@@ -223,17 +223,17 @@ def test_lean_block_under_bfloat16_autocast_matches_the_plain_one():
 
 
 # chunks: one query row of every entry at a time (16 chunks); one entry at a time (3 chunks)
-@pytest.mark.parametrize('dropout_p, row_chunk', [(0., None), (0., 1), (0., 2 * 16 * 16),
-                                                  (.3, None)])
-def test_recomputed_attention_weights_equal_the_kept_ones_and_keep_less(dropout_p, row_chunk,
-                                                                        monkeypatch):
+@pytest.mark.parametrize('dropout_p, chunk_elements', [(0., None), (0., 1), (0., 2 * 16 * 16),
+                                                       (.3, None)])
+def test_recomputed_attention_weights_equal_the_kept_ones_and_keep_less(
+        dropout_p, chunk_elements, monkeypatch):
     """The matmul kernel with ``recompute`` keeps only its inputs (and, without dropout, a
     log-sum-exp per query) and gives the same outputs and gradients (with dropout, the same mask
     drawn again), bias and padded keys included, in one pass, a few query rows or a batch entry at
     a time."""
     from mmhvit.models.layers import multihead_attention, recomputed_attention
-    if row_chunk:
-        monkeypatch.setattr(recomputed_attention, 'CHUNK_ELEMENTS', row_chunk)
+    if chunk_elements:
+        monkeypatch.setattr(recomputed_attention, 'CHUNK_ELEMENTS', chunk_elements)
     torch.manual_seed(0)
     q, k, v = (torch.randn(6, 16, 8, dtype=torch.float64) for _ in range(3))
     bias = torch.randn(1, 2, 16, 16, dtype=torch.float64)

@@ -85,12 +85,12 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
     timed = [(name, variant, overrides) for name in selected_backbones(args)
              for variant, overrides, timed in variants(algo, name) if timed]
     height, width = (int(v) for v in args.det_size.split('x'))
-    steps = []
+    steps, gflops = [], {}
     for name, variant, overrides in timed:
         model = build_detector(algo, name, backbone_overrides=overrides)
-        if variant == 'plain':  # the variants run the same products
-            gflops = model_figures(model, height, width)['gflops']
-        rows[name, variant]['gflops'] = gflops
+        if name not in gflops:  # counted once: a backbone's variants run the same products
+            gflops[name] = model_figures(model, height, width)['gflops']
+        rows[name, variant]['gflops'] = gflops[name]
         steps.append(detector_steps(model, synthetic_batch(batch, height, width,
                                                            algo == 'mask-rcnn'))[0])
     log(f'memory: {algo}, batch {batch}, {len(steps)} training steps alternating')
@@ -179,8 +179,9 @@ def time_target_lines(rows: Dict[Tuple[str, str], dict], base: dict, ours: List[
     base_rate = per_gflop(base)
     if base_rate is None:
         return []
-    slow = [f'{n} {per_gflop(rows[n, "lean"]) / base_rate:.2f}x' for n in ours
-            if per_gflop(rows[n, 'lean']) and per_gflop(rows[n, 'lean']) > base_rate]
+    rates = {n: per_gflop(rows[n, 'lean']) for n in ours}
+    slow = [f'{n} {rate / base_rate:.2f}x' for n, rate in rates.items()
+            if rate and rate > base_rate]
     lines = [f'- lean step per backbone GFLOP <= 1.0x {BASELINE}: '
              + ('met by every family' if not slow else f'missed: {", ".join(slow)}')]
     nest = rows.get(('NesT-T', 'lean'), {}).get('train')
