@@ -328,3 +328,17 @@ def test_memory_rows_keep_the_long_attention_only_where_a_config_recomputes_it()
                                      'lean', 'lean + with_cp']
     assert names['NesT-T'] == ['plain', 'with_cp alone', 'lean', 'lean + with_cp']
     assert names['Swin-T'] == ['plain', 'with_cp']
+
+
+def test_memory_time_targets_are_checked_per_backbone_gflop():
+    """Step per backbone GFLOP against Swin-T's for every family; NesT-T's step against
+    Swin-T's."""
+    from mmhvit.analysis.benchmark.memory import time_target_lines
+    base = dict(train=[10., 10., 12.], gflops=100.)  # 0.1 s per GFLOP
+    rows = {('NesT-T', 'lean'): dict(train=[12., 12., 13.], gflops=150.),   # 0.08
+            ('PyramidTNT-S', 'lean'): dict(train=[13., 13., 13.], gflops=110.)}  # 0.118
+    lines = time_target_lines(rows, base, ['NesT-T', 'PyramidTNT-S'])
+    assert lines == ['- lean step per backbone GFLOP <= 1.0x Swin-T: missed: PyramidTNT-S 1.18x',
+                     '- NesT-T lean step <= 1.0x Swin-T: missed (1.20x)']
+    rows['PyramidTNT-S', 'lean']['train'] = [10.] * 3
+    assert time_target_lines(rows, base, ['PyramidTNT-S'])[0].endswith('met by every family')
