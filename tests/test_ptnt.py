@@ -319,3 +319,16 @@ def test_config_errors():
     with pytest.raises(ValueError, match='pretrain_img_size must be'):
         PyramidTNT(TINY, pretrain_img_size=(0, 64))
     assert PyramidTNT('S').arch_name == 'small' and PyramidTNT('ti').pos_grid == (24, 24)
+
+
+def test_bias_rows_table_gradient_equals_autograd():
+    """The backward's own gradient of a chunk of bias rows to the table: autograd's through the
+    same products, for every chunk (the last one shorter)."""
+    torch.manual_seed(0)
+    bias = torch.randn(1, 3, 64, 16, dtype=torch.float64, requires_grad=True)
+    rows = AttnBiasRows(bias, (8, 8), (4, 4), (13, 9), (4, 3), max_queries=20)
+    for start, end, chunk in rows:
+        grad = torch.randn_like(chunk)
+        expected = torch.autograd.grad(chunk, bias, grad)[0]
+        torch.testing.assert_close(rows.table_grad(start, end, grad).reshape(bias.shape),
+                                   expected, rtol=0, atol=1e-12)

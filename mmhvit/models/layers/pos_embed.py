@@ -114,18 +114,33 @@ class AttnBiasRows:
             start, end = top * self.width, min(top + self.step, grid_rows) * self.width
             yield start, end, self.query_rows(start, end)
 
-    def query_rows(self, start: int, end: int, table: Optional[torch.Tensor] = None
-                   ) -> torch.Tensor:
+    def query_rows(self, start: int, end: int) -> torch.Tensor:
         """(1, heads, end - start, keys): the bias of the queries ``start:end``, whole grid rows
-        (multiples of ``width``, or the end), made from ``table`` (default: ``self.table``, the
-        learned bias as (heads, h, w * keys); a backward passes its own leaf)."""
-        table = self.table if table is None else table
-        heads = table.shape[0]
-        rows = self.row_matrix[start // self.width:-(-end // self.width)]
-        x = (rows @ table).reshape(heads, rows.shape[0], self.cols, -1)  # (heads, r, w, keys)
-        x = (self.col_matrix @ x).reshape(heads, -1, *self.key_grid)  # (heads, r * W, hk, wk)
-        x = self.key_row_matrix @ x @ self.key_col_matrix.transpose(0, 1)
-        return x.reshape(1, heads, x.shape[1], -1)
+        (multiples of ``width``, or the end)."""
+        heads = self.table.shape[0]
+        rows = self._row_matrix(start, end)
+        x = (rows @ self.table).reshape(heads, rows.shape[0], self.cols, -1)  # (heads, r, w, keys)
+        x = (self.col_matrix @ x).reshape(-1, *self.key_grid)  # (heads * r * W, hk, wk)
+        # The key columns first: a product of every query's rows at once, the wider one.
+        x = self.key_row_matrix @ (x @ self.key_col_matrix.transpose(0, 1))
+        return x.reshape(1, heads, -1, x.shape[-2] * x.shape[-1])
+
+    def table_grad(self, start: int, end: int, grad: torch.Tensor) -> torch.Tensor:
+        """The gradient to the table (heads, h, w * keys) of :meth:`query_rows` ``(start, end)``
+        given the gradient to its output, (1, heads, end - start, keys), in the gradient's dtype:
+        the products transposed in reverse order, with no autograd graph (a backward calls it
+        once per query chunk)."""
+        heads = self.table.shape[0]
+        rows, col, key_row, key_col = (m.to(grad.dtype) for m in (
+            self._row_matrix(start, end), self.col_matrix, self.key_row_matrix,
+            self.key_col_matrix))
+        grad = grad.reshape(-1, key_row.shape[0], key_col.shape[0])
+        grad = (key_row.transpose(0, 1) @ grad) @ key_col  # (heads * r * W, hk, wk)
+        grad = col.transpose(0, 1) @ grad.reshape(heads, rows.shape[0], self.width, -1)
+        return rows.transpose(0, 1) @ grad.reshape(heads, rows.shape[0], -1)
+
+    def _row_matrix(self, start: int, end: int) -> torch.Tensor:
+        return self.row_matrix[start // self.width:-(-end // self.width)]
 
     def whole(self) -> torch.Tensor:
         """The whole (1, heads, queries, keys) bias."""

@@ -71,11 +71,11 @@ def _rows(t: Optional[torch.Tensor], entries: slice, rows: slice) -> Optional[to
 
 
 def _bias(bias, bias_rows, entries, rows, dtype):
-    """The bias of a chunk: of the tensor, or made by ``bias_rows`` from its table ``bias``
-    (whole grid rows, every entry)."""
+    """The bias of a chunk: of the tensor, or made by ``bias_rows`` from its table (``bias``
+    then) for whole grid rows of every entry."""
     if bias_rows is None:
         return _rows(bias, entries, rows)
-    return bias_rows.query_rows(rows.start, rows.stop, table=bias).to(dtype)
+    return bias_rows.query_rows(rows.start, rows.stop).to(dtype)
 
 
 def attention_weights(q: torch.Tensor, k: torch.Tensor, bias: Optional[torch.Tensor],
@@ -124,13 +124,9 @@ class _RecomputedAttention(torch.autograd.Function):
         for entries, rows in _chunks(q, k.shape[-2], bias_rows):
             chunk_out = grad_out[entries, :, rows]
             with replayed_autocast(ctx.autocast):  # the weights as the forward made them
-                if grad_bias is not None:
-                    chunk_bias = grad_bias.chunk(entries, rows, q.dtype)
-                else:
-                    chunk_bias = _bias(bias, bias_rows, entries, rows, q.dtype)
                 weights = attention_weights(q[entries, :, rows], k[entries],
-                                            _detached(chunk_bias), _rows(mask, entries, rows),
-                                            scale).to(acc)
+                                            _bias(bias, bias_rows, entries, rows, q.dtype),
+                                            _rows(mask, entries, rows), scale).to(acc)
             grad_v[entries] += weights.transpose(-2, -1) @ chunk_out
             grad_weights = chunk_out @ v_acc[entries].transpose(-2, -1)
             grad_logits = grad_weights.sub_(row_dots[entries, :, rows]).mul_(weights)  # softmax's
@@ -140,15 +136,11 @@ class _RecomputedAttention(torch.autograd.Function):
             if grad_q is not None:
                 grad_q[entries, :, rows] = (grad_logits @ k_acc[entries]).mul_(scale)
             if grad_bias is not None:
-                grad_bias.add(chunk_bias, grad_logits, entries, rows)
+                grad_bias.add(grad_logits, entries, rows)
         return (None if grad_q is None else grad_q.to(q.dtype),
                 grad_k.to(k.dtype) if needs[1] else None,
                 grad_v.to(v.dtype) if needs[2] else None,
                 None if grad_bias is None else grad_bias.result(), None, None, None)
-
-
-def _detached(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    return None if t is None else t.detach()
 
 
 class _BiasGrad:
@@ -158,21 +150,11 @@ class _BiasGrad:
     def __init__(self, bias: torch.Tensor, bias_rows: Optional[AttnBiasRows], acc):
         self.bias, self.bias_rows = bias, bias_rows
         self.grad = torch.zeros_like(bias, dtype=acc)
-        if bias_rows is not None:
-            self.table = bias.detach().requires_grad_()
 
-    def chunk(self, entries: slice, rows: slice, dtype) -> torch.Tensor:
-        """The bias of a chunk, with a graph to the table for :meth:`add`."""
-        if self.bias_rows is None:
-            return _rows(self.bias, entries, rows)
-        with torch.enable_grad():
-            return self.bias_rows.query_rows(rows.start, rows.stop, table=self.table).to(dtype)
-
-    def add(self, chunk_bias: torch.Tensor, grad_logits: torch.Tensor, entries: slice,
-            rows: slice):
+    def add(self, grad_logits: torch.Tensor, entries: slice, rows: slice):
         if self.bias_rows is not None:
-            grad_rows = grad_logits.sum_to_size(chunk_bias.shape).to(chunk_bias.dtype)
-            self.grad += torch.autograd.grad(chunk_bias, self.table, grad_rows)[0]
+            grad_rows = grad_logits.sum(0, keepdim=True)  # the rows are every entry's
+            self.grad += self.bias_rows.table_grad(rows.start, rows.stop, grad_rows)
         else:  # the chunk's part of the gradient: a view of it
             target = _rows(self.grad, entries, rows)
             target += grad_logits.sum_to_size(target.shape)
