@@ -328,6 +328,10 @@ def test_memory_rows_keep_the_long_attention_only_where_a_config_recomputes_it()
                                      'lean', 'lean + with_cp']
     assert names['NesT-T'] == ['plain', 'with_cp alone', 'lean', 'lean + with_cp']
     assert names['Swin-T'] == ['plain', 'with_cp']
+    # --memory-rows targets: the rows the targets read
+    assert [v[0] for v in variants('retinanet', 'PyramidTNT-S', 'targets')] == [
+        'plain', 'lean', 'lean + with_cp']
+    assert [v[0] for v in variants('retinanet', 'Swin-T', 'targets')] == ['plain']
 
 
 def test_memory_time_targets_are_checked_per_backbone_gflop():

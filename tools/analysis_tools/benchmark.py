@@ -8,6 +8,7 @@ size.
         [--repeats 5] [--ratio-runs 5]
         [--det-algos retinanet mask-rcnn] [--det-backbones NesT-T Swin-T ...]
         [--det-size 800x1344] [--det-batches 1 2]  (detection, detection-profile, memory)
+        [--memory-rows all|targets]  (memory)
         [--official-transcnn PATH/TransCNN.py] [--official-hatnet PATH/HAT_Net.py] [--threads 2]
         [--out docs/benchmarks.md]
 
@@ -48,7 +49,8 @@ Sections:
            each ``--det-backbones`` backbone plain (``lean_backward=False``), memory-lean and
            memory-lean with ``with_cp`` (Swin-T: plain and ``with_cp``): the MiB its forward keeps
            for backward and the training peak (fresh processes), training-step time (the plain
-           and lean rows alternating), ratios to Swin-T and to the plain row.
+           and lean rows alternating), ratios to Swin-T and to the plain row; with
+           ``--memory-rows targets`` only the rows the targets read.
 """
 import argparse
 import datetime
@@ -126,6 +128,9 @@ def parse_args(argv=None):
     parser.add_argument('--det-size', default='800x1344', help='HxW of the detection section')
     parser.add_argument('--det-batches', nargs='+', type=int, default=[1, 2],
                         help='batch sizes of the detection section')
+    parser.add_argument('--memory-rows', default='all', choices=list(memory.MEMORY_ROWS),
+                        help="the memory section's rows: every technique's, or only those its "
+                        'targets read (plain, lean, lean + with_cp; Swin-T plain)')
     parser.add_argument('--out', default=osp.join(REPO, 'docs', 'benchmarks.md'))
     args = parser.parse_args(argv)
     sizes = [('--sizes', size) for size in args.sizes]

@@ -37,13 +37,19 @@ OUR_VARIANTS = (('plain', dict(lean_backward=False), True),
                 ('lean, long attention kept', dict(recompute_attention=False), True),
                 ('lean', {}, True), ('lean + with_cp', dict(with_cp=True), False))
 BASELINE_VARIANTS = (('plain', {}, True), ('with_cp', dict(with_cp=True), False))
+# The rows the targets read (``--memory-rows targets``): Swin-T's plain row and these of ours.
+TARGET_VARIANTS = ('plain', 'lean', 'lean + with_cp')
+MEMORY_ROWS = ('all', 'targets')
 
 
-def variants(algo: str, name: str) -> Tuple[Tuple[str, dict, bool], ...]:
+def variants(algo: str, name: str, rows: str = 'all') -> Tuple[Tuple[str, dict, bool], ...]:
     """The rows of a backbone ("long attention kept" only for PyramidTNT, the family with long
-    matmul attention, whose weights ``recompute_attention`` recomputes as its config runs)."""
+    matmul attention, whose weights ``recompute_attention`` recomputes as its config runs);
+    ``rows='targets'``: only those the targets read."""
     if name not in OURS:
-        return BASELINE_VARIANTS
+        return BASELINE_VARIANTS if rows == 'all' else BASELINE_VARIANTS[:1]
+    if rows != 'all':
+        return tuple(v for v in OUR_VARIANTS if v[0] in TARGET_VARIANTS)
     backbone = detector_config(algo, name).model.backbone
     long_attention = backbone.type == 'mmhvit.PyramidTNT' and backbone.get(
         'recompute_attention', True)
@@ -73,7 +79,7 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
     step times of the timed variants, all round-robin."""
     rows = {}
     for name in selected_backbones(args):
-        for variant, overrides, _ in variants(algo, name):
+        for variant, overrides, _ in variants(algo, name, args.memory_rows):
             log(f'memory: {algo} {name} {variant}, batch {batch} (fresh process)')
             try:
                 rows[name, variant] = in_fresh_process(saved_and_peak, algo, name, overrides,
@@ -83,7 +89,7 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
                 log(f'memory: {algo} {name} {variant}: {error}')
                 rows[name, variant] = dict(peak=None, saved=None)
     timed = [(name, variant, overrides) for name in selected_backbones(args)
-             for variant, overrides, timed in variants(algo, name) if timed]
+             for variant, overrides, timed in variants(algo, name, args.memory_rows) if timed]
     height, width = (int(v) for v in args.det_size.split('x'))
     steps, gflops = [], {}
     for name, variant, overrides in timed:
@@ -219,7 +225,9 @@ def section_memory(args) -> List[str]:
         'within each repeat (the with_cp rows are not timed). Ratios: to Swin-T\'s plain row and '
         'to the same backbone\'s plain row. Backbone GFLOPs: multiply-adds of one image, '
         'attention products included (as the detection section counts them); step per GFLOP: '
-        'the median step over them, to Swin-T\'s.', ''
+        'the median step over them, to Swin-T\'s.'
+        + (' Only the rows the targets read (`--memory-rows targets`).'
+           if args.memory_rows == 'targets' else ''), ''
     ]
     for algo in args.det_algos:
         for batch in args.det_batches:
