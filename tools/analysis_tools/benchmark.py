@@ -13,7 +13,8 @@ size.
         [--out docs/benchmarks.md]
 
 Writes a Markdown page of tables (and PNG plots beside it), each section (each detector of the
-detection section) as it completes, and prints progress while it runs.
+detection section, each detector and batch of the memory section) as it completes, and prints
+progress while it runs.
 Sections:
   params   params and FLOPs (with / without the attention matrix products) of every arch's
            ImageNet classifier at its paper resolution, next to the official figures;
@@ -158,7 +159,6 @@ def page_chunks(args) -> Iterator[List[str]]:
         'quickstart': quickstart_speed.section_quickstart,
         'plugins': plugins.section_plugins,
         'detection-profile': detection.section_detection_profile,
-        'memory': memory.section_memory,
     }
     cpu_name = platform.processor() or platform.machine()
     yield [
@@ -171,6 +171,8 @@ def page_chunks(args) -> Iterator[List[str]]:
     for section in (s for s in SECTIONS if s in args.sections):
         if section == 'detection':  # a table per detector, each written as it completes
             yield from detection.section_detection(args)
+        elif section == 'memory':  # a table per detector and batch, the same
+            yield from memory.section_memory(args)
         else:
             yield writers[section](args)
 

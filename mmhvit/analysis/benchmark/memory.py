@@ -4,7 +4,7 @@ its COCO config runs it (the default; for PyramidTNT also with the long attentio
 ``recompute_attention=False``), gradient checkpointing alone and with the lean path, against
 MMDetection's Swin-T with and without checkpointing; CPU, fp32, random weights."""
 import statistics
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -90,20 +90,31 @@ def measure_rows(algo: str, batch: int, args) -> Dict[Tuple[str, str], dict]:
                 rows[name, variant] = dict(peak=None, saved=None)
     timed = [(name, variant, overrides) for name in selected_backbones(args)
              for variant, overrides, timed in variants(algo, name, args.memory_rows) if timed]
-    height, width = (int(v) for v in args.det_size.split('x'))
+    log(f'memory: {algo}, batch {batch}, {len(timed)} training steps alternating '
+        '(fresh process)')
+    # In a process of its own too: the models it builds would otherwise leave this one holding
+    # their memory (freed, not returned to the system) beside the next fresh process's.
+    samples, gflops = in_fresh_process(timed_steps, algo, batch, args.det_size, timed,
+                                       args.repeats, args.warmup, threads=args.threads)
+    for (name, variant, _), times in zip(timed, samples):
+        rows[name, variant].update(train=times, gflops=gflops[name])
+    return rows
+
+
+def timed_steps(algo: str, batch: int, size: str, timed: List[Tuple[str, str, dict]],
+                repeats: int, warmup: int) -> Tuple[List[List[float]], Dict[str, float]]:
+    """The step times of the ``timed`` (name, variant, overrides) detectors, alternating, and
+    each backbone's GFLOPs."""
+    torch.manual_seed(0)
+    height, width = (int(v) for v in size.split('x'))
     steps, gflops = [], {}
-    for name, variant, overrides in timed:
+    for name, _, overrides in timed:
         model = build_detector(algo, name, backbone_overrides=overrides)
         if name not in gflops:  # counted once: a backbone's variants run the same products
             gflops[name] = model_figures(model, height, width)['gflops']
-        rows[name, variant]['gflops'] = gflops[name]
         steps.append(detector_steps(model, synthetic_batch(batch, height, width,
                                                            algo == 'mask-rcnn'))[0])
-    log(f'memory: {algo}, batch {batch}, {len(steps)} training steps alternating')
-    samples = alternating_samples(steps, args.repeats, args.warmup)
-    for (name, variant, _), times in zip(timed, samples):
-        rows[name, variant]['train'] = times
-    return rows
+    return alternating_samples(steps, repeats, warmup), gflops
 
 
 def mib(value: Optional[int]) -> str:
@@ -198,8 +209,9 @@ def time_target_lines(rows: Dict[Tuple[str, str], dict], base: dict, ours: List[
     return lines
 
 
-def section_memory(args) -> List[str]:
-    """The section: one table per detector and batch."""
+def section_memory(args) -> Iterator[List[str]]:
+    """The section's lines: its heading, then a table per detector and batch, each as it
+    completes (a run that dies late keeps what it measured)."""
     height, width = (int(v) for v in args.det_size.split('x'))
     lines = [
         f'## Memory kept for backward, technique by technique (CPU, fp32, {height}x{width})', '',
@@ -229,9 +241,9 @@ def section_memory(args) -> List[str]:
         + (' Only the rows the targets read (`--memory-rows targets`).'
            if args.memory_rows == 'targets' else ''), ''
     ]
+    yield lines
     for algo in args.det_algos:
         for batch in args.det_batches:
             rows = measure_rows(algo, batch, args)
-            lines += [f'### {DET_ALGOS[algo]}, batch {batch}', '', *table_lines(rows), '',
-                      *target_lines(rows), '']
-    return lines
+            yield [f'### {DET_ALGOS[algo]}, batch {batch}', '', *table_lines(rows), '',
+                   *target_lines(rows), '']
