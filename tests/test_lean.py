@@ -5,8 +5,10 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from mmhvit.models.layers import InvertedResidual, Mlp
+from mmhvit.models.layers.depthwise import depthwise_conv2d
 from mmhvit.models.layers.lean import lean_layer, recomputable
 from mmhvit.testing import FAMILIES, build_tiny
 from mmhvit.utils import SavedForBackward
@@ -264,3 +266,29 @@ def test_long_attention_keeps_its_weights_unless_asked():
             for kwargs in (dict(), dict(recompute=True),
                            dict(recompute=True, recompute_long=True))]
     assert kept[0] == kept[1] > kept[2]
+
+
+@pytest.mark.parametrize('kernel, padding, layout', [
+    ((5, 5), (2, 2), torch.channels_last),  # TransCNN's: 3 x 3 tiles of the weight gradient
+    ((3, 5), (1, 2), torch.contiguous_format),
+    ((7, 3), (0, 1), torch.channels_last),  # the banded backward's rows: no row padding
+    ((5, 5), (2, 2), torch.contiguous_format)])
+def test_depthwise_conv_gradients_equal_autograds(kernel, padding, layout):
+    """The depthwise conv the lean and banded backwards recompute: its gradients, made as forward
+    convolutions, equal those of autograd's ``F.conv2d``."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 11, 13, dtype=torch.float64).contiguous(memory_format=layout)
+    weight = torch.randn(6, 1, *kernel, dtype=torch.float64)
+    bias = torch.randn(6, dtype=torch.float64)
+    results, names = [], []
+    for conv in (depthwise_conv2d, lambda x, w, b, p: F.conv2d(x, w, b, padding=p, groups=6)):
+        leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
+        out = conv(*leaves, padding)
+        names.append(type(out.grad_fn).__name__)
+        out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape))
+        results.append((out.detach(), *(t.grad for t in leaves)))
+    assert results[0][0].shape == (2, 6, 11 + 2 * padding[0] - kernel[0] + 1,
+                                   13 + 2 * padding[1] - kernel[1] + 1)
+    assert names == ['_DepthwiseConv2dBackward', 'ConvolutionBackward0']
+    for ours, autograds in zip(*results):
+        torch.testing.assert_close(ours, autograds)

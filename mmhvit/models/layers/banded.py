@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .depthwise import depthwise_conv2d
 from .lean import (
     WITHOUT_WEIGHTS,
     has_weights,
@@ -202,8 +203,7 @@ class _Bands:
             min(self.x.shape[2], end + self.halo) - end)
         expanded = F.pad(expanded, (0, 0, top, bottom))
         weight, bias = next(weights), next(weights)
-        out = F.conv2d(expanded, weight, bias, padding=(0, self.depthwise.padding[1]),
-                       groups=self.depthwise.groups)
+        out = depthwise_conv2d(expanded, weight, bias, (0, self.depthwise.padding[1]))
         return self._pixelwise(self.tail, out, weights, statistics, totals, (0, end - start))
 
     def _pixelwise(self, modules, x, weights, statistics, totals, owned):

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .depthwise import depthwise_conv2d, is_depthwise
 from .norm import LayerNorm2d, is_local_batch_norm
 
 
@@ -181,6 +182,8 @@ def _layer_forward(layer: nn.Module, hidden: torch.Tensor, weight, bias) -> torc
     """``layer(hidden)`` with the given ``weight`` and ``bias``."""
     if isinstance(layer, nn.Linear):
         return F.linear(hidden, weight, bias)
+    if is_depthwise(layer):  # its backward as forward convs (see layers.depthwise)
+        return depthwise_conv2d(hidden, weight, bias, layer.padding)
     return F.conv2d(hidden, weight, bias, layer.stride, layer.padding, layer.dilation,
                     layer.groups)
 
