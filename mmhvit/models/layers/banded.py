@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .depthwise import depthwise_conv2d
+from .depthwise import depthwise_conv2d, is_depthwise
 from .lean import (
     WITHOUT_WEIGHTS,
     has_weights,
@@ -90,9 +90,8 @@ def _pixelwise(module: nn.Module) -> bool:
 
 def _same_size_depthwise(conv: nn.Conv2d) -> bool:
     height, width = conv.kernel_size
-    return (conv.groups == conv.in_channels == conv.out_channels and conv.stride == (1, 1)
-            and conv.dilation == (1, 1) and height % 2 == 1 and width % 2 == 1
-            and conv.padding == (height // 2, width // 2) and conv.padding_mode == 'zeros')
+    return (is_depthwise(conv) and height % 2 == 1 and width % 2 == 1
+            and conv.padding == (height // 2, width // 2))
 
 
 def banded_applies(head: Sequence[nn.Module], depthwise: nn.Conv2d, tail: Sequence[nn.Module],

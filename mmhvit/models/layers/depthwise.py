@@ -33,6 +33,13 @@ def depthwise_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch
     return _DepthwiseConv2d.apply(x, weight, bias, padding)
 
 
+def memory_format(x: torch.Tensor) -> torch.memory_format:
+    """The layout of a map: channels-last where it is that and not also contiguous."""
+    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
+        and not x.is_contiguous()
+    return torch.channels_last if channels_last else torch.contiguous_format
+
+
 def is_depthwise(conv: torch.nn.Conv2d) -> bool:
     """Whether ``conv`` is a stride-1, undilated depthwise conv with zero padding."""
     return (conv.groups == conv.in_channels == conv.out_channels
@@ -75,10 +82,8 @@ def depthwise_weight_grad(x: torch.Tensor, grad_out: torch.Tensor, shape: torch.
     (tiles_h, side_h), (tiles_w, side_w) = tile_starts(kh), tile_starts(kw)
     height, width = grad_out.shape[2:]
     # One buffer for every tile's shifted input: a fresh map per tile costs more than the tile.
-    layout = torch.channels_last if x.is_contiguous(
-        memory_format=torch.channels_last) else torch.contiguous_format
     shifted = torch.empty((x.shape[0], channels, height + side_h - 1, width + side_w - 1),
-                          dtype=x.dtype, device=x.device, memory_format=layout)
+                          dtype=x.dtype, device=x.device, memory_format=memory_format(x))
     grad = x.new_empty(shape)
     for top in tiles_h:
         for left in tiles_w:

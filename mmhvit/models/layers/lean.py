@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .depthwise import depthwise_conv2d, is_depthwise
+from .depthwise import depthwise_conv2d, is_depthwise, memory_format
 from .norm import LayerNorm2d, is_local_batch_norm
 
 
@@ -229,7 +229,7 @@ def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor,
         matrix = weight.to(dtype).flatten(1)  # (out, in)
         grad_nhwc = grad_out.permute(0, 2, 3, 1)
         grad_hidden = (grad_nhwc @ matrix).permute(0, 3, 1, 2).contiguous(
-            memory_format=_memory_format(hidden))
+            memory_format=memory_format(hidden))
         if needs[0]:
             hidden_flat = hidden.permute(0, 2, 3, 1).reshape(-1, hidden.shape[1]).to(dtype)
             grad_weight = (grad_nhwc.reshape(-1, grad_out.shape[1]).t() @ hidden_flat).view(
@@ -239,7 +239,7 @@ def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor,
     else:
         args = (layer.stride, layer.padding, layer.dilation, layer.groups)
         grad_hidden = torch.nn.grad.conv2d_input(hidden.shape, weight.to(dtype), grad_out, *args)
-        grad_hidden = grad_hidden.contiguous(memory_format=_memory_format(hidden))
+        grad_hidden = grad_hidden.contiguous(memory_format=memory_format(hidden))
         if needs[0]:
             grad_weight = torch.nn.grad.conv2d_weight(hidden.to(dtype), weight.shape, grad_out,
                                                       *args)
@@ -253,9 +253,3 @@ def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor,
 def _is_pointwise(layer: nn.Conv2d) -> bool:
     return (layer.kernel_size == (1, 1) and layer.stride == (1, 1) and layer.groups == 1
             and layer.padding in ((0, 0), 'valid'))
-
-
-def _memory_format(x: torch.Tensor) -> torch.memory_format:
-    channels_last = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
-        and not x.is_contiguous()
-    return torch.channels_last if channels_last else torch.contiguous_format
