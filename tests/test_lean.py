@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from mmhvit.models.layers import InvertedResidual, Mlp
 from mmhvit.models.layers.depthwise import depthwise_conv2d
@@ -34,16 +35,18 @@ def lean_and_plain(module):
 def run_both(lean, plain, x, seed=None):
     """Outputs, input gradients and parameter gradients of both modules on the same input,
     with the bytes each kept for backward (each run from the random state ``seed``, if given)."""
-    results = []
-    for module in (lean, plain):
-        if seed is not None:
-            torch.manual_seed(seed)
-        leaf = x.clone().requires_grad_()
-        out, kept = saved_bytes(lambda: module(leaf))
-        out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape))
-        grads = {name: p.grad for name, p in module.named_parameters()}
-        results.append((out.detach(), leaf.grad, grads, kept))
-    return results
+    return [run_one(module, x, seed) for module in (lean, plain)]
+
+
+def run_one(module, x, seed=None):
+    """``run_both``'s results for one module."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    leaf = x.clone().requires_grad_()
+    out, kept = saved_bytes(lambda: module(leaf))
+    out.backward(torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape))
+    grads = {name: p.grad for name, p in module.named_parameters()}
+    return out.detach(), leaf.grad, grads, kept
 
 
 def assert_same(lean_result, plain_result):
@@ -75,6 +78,45 @@ def test_lean_inverted_residual_equals_the_plain_one_and_keeps_less(layout, norm
     for buffer, buffer_p in zip(lean.buffers(), plain.buffers()):
         torch.testing.assert_close(buffer, buffer_p)
     assert lean_result[3] < .75 * plain_result[3], (lean_result[3], plain_result[3])
+
+
+class CountBatchNorms(TorchFunctionMode):
+    """Counts the ``F.batch_norm`` calls made while it is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += func is F.batch_norm
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize('kernel', [3, 5])
+def test_lean_inverted_residual_folds_frozen_batch_norms_into_its_convs(kernel):
+    """norm_eval: the BatchNorms after conv1 and the depthwise conv, with running statistics,
+    run as those convs with scaled weights and a bias, in forward and in the recompute: the
+    plain block's outputs and gradients (the norms' weights and biases included), and only
+    norm3 (outside the recompute) calls batch_norm."""
+    torch.manual_seed(0)
+    block = InvertedResidual(8, 32, kernel_size=kernel).double().train()
+    for m in block.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1, .3)
+            nn.init.normal_(m.bias, 0, .3)
+            m.running_mean.normal_(0, .5)
+            m.running_var.uniform_(.5, 2)
+            m.eval()  # what norm_eval does
+    lean, plain = lean_and_plain(block)
+    x = torch.randn(2, 8, 11, 13, dtype=torch.float64).contiguous(
+        memory_format=torch.channels_last)
+    results, calls = [], []
+    for module in (lean, plain):
+        with CountBatchNorms() as counter:
+            results.append(run_one(module, x))
+        calls.append(counter.calls)
+    assert_same(*results)
+    assert calls == [1, 3]
 
 
 @pytest.mark.parametrize('attn_drop_rate', [0., .2])

@@ -88,19 +88,91 @@ def recompute_module(module: nn.Module, x: torch.Tensor, weight=None,
 
 
 def run_chain(modules: Sequence[nn.Module], x: torch.Tensor,
-              weights: Optional[Sequence] = None) -> torch.Tensor:
+              weights: Optional[Sequence] = None, fold: bool = False) -> torch.Tensor:
     """``modules`` in turn on ``x``: as they are (forward), or recomputed with ``weights``, two
-    entries (weight, bias) per module that has them (backward)."""
-    original = x
-    weights = None if weights is None else iter(weights)
-    for module in modules:
+    entries (weight, bias) per module that has them (backward). With ``fold`` (the lean path), a
+    conv followed by a frozen BatchNorm (:func:`folds_into`) runs as one conv."""
+    recompute = weights is not None
+    weights = iter(weights if recompute else [w for m in modules for w in weights_of(m)])
+    steps = [(m, [next(weights), next(weights)] if has_weights(m) else []) for m in modules]
+    original, i = x, 0
+    while i < len(steps):
+        module, params = steps[i]
         if getattr(module, 'inplace', False) and x is original:
             x = x.clone()  # never overwrite the input: it is what backward keeps
-        if weights is not None and has_weights(module):
-            x = recompute_module(module, x, next(weights), next(weights))
+        if fold and i + 1 < len(steps) and folds_into(module, steps[i + 1][0]):
+            norm, norm_params = steps[i + 1]
+            x = conv_with_frozen_norm(module, norm, x, params + norm_params)
+            i += 2
+            continue
+        if recompute and params:
+            x = recompute_module(module, x, *params)
+        elif recompute and type(module) in ACTIVATIONS and torch.is_grad_enabled():
+            x = _RecomputedActivation.apply(x, module)
         else:
             x = module(x)
+        i += 1
     return x
+
+
+# Activations whose backward reads their input, for :class:`_RecomputedActivation`: ``forward(
+# module, x)`` out of place and ``grad(module, grad, x)`` overwriting ``grad``.
+ACTIVATIONS = {
+    nn.SiLU: (lambda module, x: F.silu(x),
+              lambda module, grad, x: torch.ops.aten.silu_backward.grad_input(
+                  grad, x, grad_input=grad)),
+    nn.GELU: (lambda module, x: F.gelu(x, approximate=module.approximate),
+              lambda module, grad, x: torch.ops.aten.gelu_backward.grad_input(
+                  grad, x, approximate=module.approximate, grad_input=grad)),
+}
+
+
+class _RecomputedActivation(torch.autograd.Function):
+    """An activation of the recompute: out of place (autograd would copy the input of an
+    in-place one, which its backward reads), its backward overwriting the gradient it is given
+    instead of making another map: that gradient is the chain's own, made by the next module's
+    backward (or :func:`_layer_grads`) for this activation alone."""
+
+    @staticmethod
+    def forward(ctx, x, module):
+        ctx.module = module
+        ctx.save_for_backward(x)
+        return ACTIVATIONS[type(module)][0](module, x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, = ctx.saved_tensors
+        grad = grad.contiguous(memory_format=memory_format(x))
+        return ACTIVATIONS[type(ctx.module)][1](ctx.module, grad, x), None
+
+
+def folds_into(conv: nn.Module, norm: nn.Module) -> bool:
+    """Whether ``norm(conv(x))`` runs as one conv (:func:`conv_with_frozen_norm`): a conv and,
+    after it, a BatchNorm that normalises with its running statistics (``norm_eval``), with no
+    autocast on (which would run the two in different precisions)."""
+    return (isinstance(conv, nn.Conv2d) and recomputable(conv) and is_local_batch_norm(norm)
+            and not norm.training and norm.track_running_stats
+            and not any(torch.is_autocast_enabled(d) for d in AUTOCAST_DEVICES))
+
+
+def conv_with_frozen_norm(conv: nn.Conv2d, norm: nn.Module, x: torch.Tensor,
+                          params: Sequence[Optional[torch.Tensor]]) -> torch.Tensor:
+    """``norm(conv(x))`` for a frozen BatchNorm, whose forward is the per-channel affine map
+    ``y * scale + shift``: the conv with its weight scaled and that shift as its bias, so that
+    no normalised copy of the map is made, kept or recomputed (the same numbers up to rounding).
+    ``params``: the conv's weight and bias, then the norm's; their gradients flow through the
+    folding (``norm.weight``'s from the conv's weight gradient)."""
+    conv_weight, conv_bias, norm_weight, norm_bias = params
+    scale = torch.rsqrt(norm.running_var + norm.eps)
+    if norm_weight is not None:
+        scale = scale * norm_weight
+    shift = -norm.running_mean * scale
+    if conv_bias is not None:
+        shift = shift + conv_bias * scale
+    if norm_bias is not None:
+        shift = shift + norm_bias
+    weight = conv_weight * scale.reshape(-1, *[1] * (conv_weight.dim() - 1))
+    return _layer_forward(conv, x, weight, shift)
 
 
 def lean_applies(modules: Sequence[Optional[nn.Module]], layer: nn.Module) -> bool:
@@ -139,7 +211,7 @@ class _LeanLayer(torch.autograd.Function):
     def forward(ctx, x, segment, weight, bias, *weights):
         modules, layer, then = segment
         with torch.no_grad():
-            out = layer(run_chain(modules, x))
+            out = layer(run_chain(modules, x, fold=True))
             if then is not None:
                 out = then(out)
         ctx.segment, ctx.weights = segment, (weight, bias, *weights)
@@ -157,7 +229,7 @@ class _LeanLayer(torch.autograd.Function):
                   for w, need in zip(ctx.weights, needs[2:])]
         weight, bias, *weights = leaves
         with torch.enable_grad(), replayed_autocast(ctx.autocast):
-            hidden = run_chain(modules, leaf, weights)
+            hidden = run_chain(modules, leaf, weights, fold=True)
             if then is not None:  # the layer and ``then`` recomputed, autograd's backward
                 out = then(_layer_forward(layer, hidden, weight, bias))
         if then is None:  # the layer's gradients by hand: its output is not needed
@@ -223,31 +295,48 @@ def _layer_grads(layer: nn.Module, hidden: torch.Tensor, grad_out: torch.Tensor,
             grad_weight = flat_grad.t() @ hidden.reshape(-1, hidden.shape[-1]).to(dtype)
         if needs[1]:
             grad_bias = flat_grad.sum(0)
-    elif _is_pointwise(layer):
-        # A 1x1 conv is a linear layer over the channels: two matrix products on NHWC views (no
-        # copy for channels-last maps), the input's gradient in the input's memory layout.
-        matrix = weight.to(dtype).flatten(1)  # (out, in)
-        grad_nhwc = grad_out.permute(0, 2, 3, 1)
-        grad_hidden = (grad_nhwc @ matrix).permute(0, 3, 1, 2).contiguous(
-            memory_format=memory_format(hidden))
-        if needs[0]:
-            hidden_flat = hidden.permute(0, 2, 3, 1).reshape(-1, hidden.shape[1]).to(dtype)
-            grad_weight = (grad_nhwc.reshape(-1, grad_out.shape[1]).t() @ hidden_flat).view(
-                weight.shape)
-        if needs[1]:
-            grad_bias = grad_out.sum((0, 2, 3))
     else:
-        args = (layer.stride, layer.padding, layer.dilation, layer.groups)
-        grad_hidden = torch.nn.grad.conv2d_input(hidden.shape, weight.to(dtype), grad_out, *args)
-        grad_hidden = grad_hidden.contiguous(memory_format=memory_format(hidden))
-        if needs[0]:
-            grad_weight = torch.nn.grad.conv2d_weight(hidden.to(dtype), weight.shape, grad_out,
-                                                      *args)
+        if _is_pointwise(layer):
+            grad_hidden, grad_weight = _pointwise_grads(hidden, grad_out, weight.to(dtype),
+                                                        needs[0])
+        else:
+            args = (layer.stride, layer.padding, layer.dilation, layer.groups)
+            grad_hidden = torch.nn.grad.conv2d_input(hidden.shape, weight.to(dtype), grad_out,
+                                                     *args)
+            grad_hidden = grad_hidden.contiguous(memory_format=memory_format(hidden))
+            if needs[0]:
+                grad_weight = torch.nn.grad.conv2d_weight(hidden.to(dtype), weight.shape,
+                                                          grad_out, *args)
         if needs[1]:
             grad_bias = grad_out.sum((0, 2, 3))
     return (grad_hidden.to(hidden.dtype),
             None if grad_weight is None else grad_weight.to(weight.dtype),
             None if grad_bias is None else grad_bias.to(bias.dtype))
+
+
+def _pointwise_grads(hidden: torch.Tensor, grad_out: torch.Tensor, weight: torch.Tensor,
+                     weight_needed: bool):
+    """The input's and the weight's gradients of a 1x1 conv, a linear layer over the channels:
+    matrix products on (channels, pixels) views of each image for NCHW maps, on (pixels,
+    channels) views for channels-last ones, so that neither layout is copied to the other; the
+    input's gradient in the input's layout."""
+    matrix = weight.flatten(1)  # (out, in)
+    grad_weight = None
+    if hidden.is_contiguous() and grad_out.is_contiguous():
+        grad_flat = grad_out.flatten(2)  # (N, out, H * W)
+        grad_hidden = (matrix.t() @ grad_flat).view(hidden.shape)
+        if weight_needed:
+            products = grad_flat @ hidden.flatten(2).to(grad_out.dtype).transpose(1, 2)
+            grad_weight = products.sum(0).view(weight.shape)
+        return grad_hidden, grad_weight
+    grad_nhwc = grad_out.permute(0, 2, 3, 1)
+    grad_hidden = (grad_nhwc @ matrix).permute(0, 3, 1, 2).contiguous(
+        memory_format=memory_format(hidden))
+    if weight_needed:
+        hidden_flat = hidden.permute(0, 2, 3, 1).reshape(-1, hidden.shape[1]).to(grad_out.dtype)
+        grad_weight = (grad_nhwc.reshape(-1, grad_out.shape[1]).t() @ hidden_flat).view(
+            weight.shape)
+    return grad_hidden, grad_weight
 
 
 def _is_pointwise(layer: nn.Conv2d) -> bool:
