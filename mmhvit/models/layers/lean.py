@@ -5,9 +5,15 @@ from a tensor that autograd keeps anyway by work that is cheap to repeat (a norm
 a depthwise conv, or a projection whose output would be larger than its input: the expanding
 1x1 conv of an inverted residual, an MLP's fc1), ``layer(chain(x))`` needs only ``x``:
 :func:`lean_layer` computes it that way, keeping ``x`` and recomputing ``chain(x)`` in backward.
-Outputs, gradients and BatchNorm running statistics are those of the plain modules; the backward
-of ``layer`` uses the kernels autograd would (:mod:`torch.nn.grad`), so ``layer``'s forward is
-not repeated.
+Outputs, gradients and BatchNorm running statistics are those of the plain modules (up to
+rounding where a norm is folded); the backward of ``layer`` uses the kernels autograd would
+(:mod:`torch.nn.grad`), so ``layer``'s forward is not repeated.
+
+Two things make the recompute cheaper than the plain modules' backward: a conv followed by a
+BatchNorm that normalises with its running statistics (``norm_eval``) runs as one conv with the
+norm folded into its weight and bias (:func:`conv_with_frozen_norm`, in forward too), and the
+activations whose backward reads their input run out of place, their backward overwriting the
+gradient it is given (:class:`_RecomputedActivation`): fewer maps made, each a fresh allocation.
 
 It applies while training with gradients, to the modules it can recompute exactly
 (:func:`recomputable`: norms without state and BatchNorm, whose running statistics are updated
