@@ -30,7 +30,7 @@ from .lean import (
     run_chain,
     weights_of,
 )
-from .norm import LayerNorm2d, is_local_batch_norm
+from .norm import LayerNorm2d, is_local_batch_norm, uses_batch_statistics
 
 # Elements of the widest map of a band (its rows chosen to fit): small enough that a band's maps
 # come from memory the allocator already holds.
@@ -42,7 +42,7 @@ def statistics_norm(module: nn.Module) -> bool:
     batch's (training), a GroupNorm (each sample's, HAT-Net's one-group norm)."""
     if isinstance(module, nn.GroupNorm):
         return True
-    return is_local_batch_norm(module) and (module.training or not module.track_running_stats)
+    return is_local_batch_norm(module) and uses_batch_statistics(module)
 
 
 def _grouped(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:

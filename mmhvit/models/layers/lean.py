@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .depthwise import depthwise_conv2d, is_depthwise, memory_format
-from .norm import LayerNorm2d, is_local_batch_norm
+from .norm import LayerNorm2d, is_local_batch_norm, uses_batch_statistics
 
 
 class ChannelsLast(nn.Module):
@@ -78,7 +78,7 @@ def recompute_module(module: nn.Module, x: torch.Tensor, weight=None,
     BatchNorm normalises as it did (the batch's statistics in training) without updating its
     running statistics a second time."""
     if is_local_batch_norm(module):
-        use_batch = module.training or not module.track_running_stats
+        use_batch = uses_batch_statistics(module)
         running = (None, None) if use_batch else (module.running_mean, module.running_var)
         return F.batch_norm(x, *running, weight, bias, use_batch, 0., module.eps)
     if isinstance(module, LayerNorm2d):
@@ -157,7 +157,7 @@ def folds_into(conv: nn.Module, norm: nn.Module) -> bool:
     after it, a BatchNorm that normalises with its running statistics (``norm_eval``), with no
     autocast on (which would run the two in different precisions)."""
     return (isinstance(conv, nn.Conv2d) and recomputable(conv) and is_local_batch_norm(norm)
-            and not norm.training and norm.track_running_stats
+            and not uses_batch_statistics(norm)
             and not any(torch.is_autocast_enabled(d) for d in AUTOCAST_DEVICES))
 
 

@@ -10,6 +10,12 @@ def is_local_batch_norm(module: nn.Module) -> bool:
     return type(module).forward is nn.BatchNorm2d.forward
 
 
+def uses_batch_statistics(norm: nn.Module) -> bool:
+    """Whether a BatchNorm normalises with the batch's statistics now (training, or no running
+    statistics kept), rather than with its running ones (eval mode, as ``norm_eval`` keeps it)."""
+    return norm.training or not norm.track_running_stats
+
+
 def is_batch_norm(module: nn.Module) -> bool:
     """A norm with running statistics (what ``norm_eval`` keeps in eval mode): a BatchNorm of
     :func:`is_local_batch_norm`, or SyncBN."""
