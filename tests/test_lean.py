@@ -59,9 +59,13 @@ def assert_same(lean_result, plain_result):
         torch.testing.assert_close(grads[name], grads_p[name], msg=name)
 
 
+@pytest.mark.parametrize('memory_format', [torch.channels_last, torch.contiguous_format])
 @pytest.mark.parametrize('layout, norm_cfg', [('post', dict(type='BN')),
                                               ('pre', dict(type='GN', num_groups=1, eps=1e-6))])
-def test_lean_inverted_residual_equals_the_plain_one_and_keeps_less(layout, norm_cfg):
+def test_lean_inverted_residual_equals_the_plain_one_and_keeps_less(layout, norm_cfg,
+                                                                    memory_format):
+    """Both layouts: conv3's gradients are products of NHWC views for channels-last maps, of
+    (channels, pixels) views for NCHW ones."""
     torch.manual_seed(0)
     block = InvertedResidual(8, 32, kernel_size=3, norm_cfg=norm_cfg, norm_layout=layout)
     block = block.double().train()
@@ -70,8 +74,7 @@ def test_lean_inverted_residual_equals_the_plain_one_and_keeps_less(layout, norm
             nn.init.normal_(m.weight, 1, .3)
             nn.init.normal_(m.bias, 0, .3)
     lean, plain = lean_and_plain(block)
-    x = torch.randn(2, 8, 11, 13, dtype=torch.float64).contiguous(
-        memory_format=torch.channels_last)
+    x = torch.randn(2, 8, 11, 13, dtype=torch.float64).contiguous(memory_format=memory_format)
     lean_result, plain_result = run_both(lean, plain, x)
     assert_same(lean_result, plain_result)
     # BatchNorm's running statistics moved once, as the plain block's
